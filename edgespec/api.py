@@ -1,0 +1,248 @@
+"""The Python API for desktop apps: load once, generate, stream, chat, cancel.
+
+    from edgespec import EdgeSpec
+    with EdgeSpec("smollm2-135m", drafter="auto") as llm:
+        for piece in llm.chat_stream([{"role": "user", "content": "Hi!"}]):
+            print(piece, end="", flush=True)
+        print(llm.last_stats.summary())
+"""
+
+from __future__ import annotations
+
+import codecs
+import threading
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+from jinja2.exceptions import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .backend import Backend
+from .controller import DraftController
+from .drafters import make_drafter
+from .engine import Engine
+from .errors import EdgespecError
+from .stats import GenerationStats
+from .verifier import SamplingParams
+
+Message = dict  # {"role": "user" | "assistant" | "system", "content": str}
+
+
+@dataclass
+class Completion:
+    text: str
+    prompt_ids: list[int]
+    token_ids: list[int]
+    finish_reason: str
+    stats: GenerationStats
+
+    def to_dict(self) -> dict:
+        return {
+            "text": self.text,
+            "prompt_ids": self.prompt_ids,
+            "token_ids": self.token_ids,
+            "finish_reason": self.finish_reason,
+            "stats": self.stats.to_dict(),
+        }
+
+
+@dataclass
+class Stream:
+    """An iterator of text pieces, each made of whole UTF-8 characters.
+
+    `cancel()` may be called from any thread; the generation stops after the
+    current step. After iteration, `completion` holds the full result.
+    """
+
+    _pieces: Iterator[str]
+    _cancel: threading.Event
+    prompt_ids: list[int]
+    token_ids: list[int] = field(default_factory=list)
+    completion: Completion | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        return self._pieces
+
+    def __next__(self) -> str:
+        return next(self._pieces)
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+
+class EdgeSpec:
+    """A target model with a drafter, ready to generate.
+
+    `model` is a model-store name (fetched on first use), a path to a .gguf file,
+    or a ready Backend (for tests and other runtimes).
+    """
+
+    def __init__(
+        self,
+        model: str | Backend = "qwen2.5-coder-1.5b",
+        drafter: str = "auto",
+        n_ctx: int = 4096,
+        threads: int | None = None,
+        max_draft: int = 16,
+        fetch: bool = True,
+        quiet: bool = False,
+    ) -> None:
+        if isinstance(model, Backend):
+            self.backend = model
+        else:
+            from .runtimes.llamacpp import LlamaCppBackend
+            from .store import resolve
+
+            path = resolve(model, fetch_missing=fetch, quiet=quiet)
+            self.backend = LlamaCppBackend(path, n_ctx=n_ctx, n_threads=threads)
+        self.model_name = model if isinstance(model, str) else self.backend.name
+        self.tokenizer = self.backend.tokenizer
+        controller = DraftController(max_k=max_draft)
+        self.drafter_name = drafter
+        self.drafter = make_drafter(drafter, self.tokenizer.n_vocab, controller)
+        self.engine = Engine(self.backend, self.drafter, controller=controller)
+        self._active: threading.Event | None = None
+
+    # -- prompts ----------------------------------------------------------------
+
+    def tokenize(self, text: str, add_bos: bool = True) -> list[int]:
+        return self.tokenizer.encode(text, add_bos=add_bos, special=True)
+
+    def apply_chat_template(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
+        """Render messages with the model's own chat template (Jinja, as in transformers)."""
+        template = self.tokenizer.chat_template
+        if not template:
+            raise EdgespecError("this model ships no chat template; use generate() with a plain prompt")
+        tok = self.tokenizer
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+
+        def raise_exception(msg: str) -> None:
+            raise TemplateError(msg)
+
+        env.globals["raise_exception"] = raise_exception
+        try:
+            return env.from_string(template).render(
+                messages=list(messages),
+                add_generation_prompt=add_generation_prompt,
+                bos_token=tok.token_text(tok.bos_id) if tok.bos_id is not None else "",
+                eos_token=tok.token_text(tok.eos_id) if tok.eos_id is not None else "",
+            )
+        except TemplateError as e:
+            raise EdgespecError(f"chat template error: {e}") from None
+
+    def chat_ids(self, messages: Sequence[Message]) -> list[int]:
+        text = self.apply_chat_template(messages)
+        tok = self.tokenizer
+        # templates that write the BOS themselves must not get a second one
+        bos_text = tok.token_text(tok.bos_id) if tok.bos_id is not None else None
+        add_bos = not (bos_text and text.startswith(bos_text))
+        return self.tokenize(text, add_bos=add_bos)
+
+    # -- generation -------------------------------------------------------------
+
+    def stream_ids(
+        self,
+        prompt_ids: list[int],
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stop: Sequence[str] = (),
+    ) -> Stream:
+        params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        cancel = threading.Event()
+        stream = Stream(iter(()), cancel, list(prompt_ids))
+        stream._pieces = self._pieces(stream, params, max_tokens, list(stop))
+        return stream
+
+    def _pieces(self, stream: Stream, params: SamplingParams, max_tokens: int, stop: list[str]) -> Iterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        text = ""
+        emitted = 0  # characters of `text` already yielded
+        hold = max((len(s) for s in stop), default=1) - 1  # a stop string may still be forming
+        finish = None
+        self._active = stream._cancel
+        gen = self.engine.generate(stream.prompt_ids, max_tokens, params, stream._cancel)
+        try:
+            for tok in gen:
+                stream.token_ids.append(tok)
+                text += decoder.decode(self.tokenizer.token_bytes(tok))
+                hit = _find_stop(text, stop, emitted)
+                if hit is not None:
+                    text, finish = text[:hit], "stop"
+                    break
+                safe = len(text) - hold
+                if safe > emitted:
+                    yield text[emitted:safe]
+                    emitted = safe
+            else:
+                text += decoder.decode(b"", final=True)
+        finally:
+            gen.close()
+            self._active = None
+        if len(text) > emitted:
+            yield text[emitted:]
+        st = self.engine.last_stats
+        stream.completion = Completion(text, stream.prompt_ids, stream.token_ids, finish or st.finish_reason, st)
+
+    def stream(self, prompt: str, **kw) -> Stream:
+        """Stream a plain completion of `prompt` (no chat template)."""
+        return self.stream_ids(self.tokenize(prompt), **kw)
+
+    def generate(self, prompt: str, **kw) -> Completion:
+        return _drain(self.stream(prompt, **kw))
+
+    def chat_stream(self, messages: Sequence[Message], **kw) -> Stream:
+        """Stream the assistant's answer to `messages`, rendered by the model's template."""
+        return self.stream_ids(self.chat_ids(messages), **kw)
+
+    def chat(self, messages: Sequence[Message], **kw) -> Completion:
+        return _drain(self.chat_stream(messages, **kw))
+
+    def cancel(self) -> None:
+        """Stop the generation in progress, from any thread."""
+        if self._active is not None:
+            self._active.set()
+
+    def reset(self) -> None:
+        """Forget the conversation's KV cache (the drafter keeps what it learned)."""
+        self.engine.reset()
+
+    @property
+    def last_stats(self) -> GenerationStats:
+        return self.engine.last_stats
+
+    def memory(self) -> dict[str, int]:
+        mem = dict(self.backend.memory())
+        if self.drafter is not None:
+            mem["drafter"] = self.drafter.memory()
+        return mem
+
+    def close(self) -> None:
+        self.backend.close()
+
+    def __enter__(self) -> "EdgeSpec":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _find_stop(text: str, stop: list[str], emitted: int) -> int | None:
+    """Earliest position where a stop string starts (only new text can hold one)."""
+    best = None
+    for s in stop:
+        if not s:
+            continue
+        i = text.find(s, max(0, emitted - len(s) + 1))
+        if i >= 0 and (best is None or i < best):
+            best = i
+    return best
+
+
+def _drain(stream: Stream) -> Completion:
+    for _ in stream:
+        pass
+    assert stream.completion is not None
+    return stream.completion

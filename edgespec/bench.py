@@ -1,0 +1,224 @@
+"""`edgespec bench`: plain llama.cpp, its own prompt lookup, and edgespec's drafters,
+side by side on the same prompts in one process, interleaved prompt by prompt so
+machine noise falls on all of them alike.
+
+Every method is timed the same way: a stream, clocked from its first token to its
+last, so prefill is excluded everywhere and tokens/s is decoding speed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from rich.console import Console
+from rich.table import Table
+
+from .errors import EdgespecError
+
+PLAIN = "plain"
+PEER = "llama-cpp-python-lookup"
+
+
+def load_prompts(path: Path | None, limit: int | None = None) -> list[dict]:
+    """Rows of {category, prompt} or {category, messages}; the shipped set by default."""
+    if path is None:
+        text = resources.files("edgespec").joinpath("data/bench_prompts.jsonl").read_text()
+        source = "the shipped prompts"
+    else:
+        try:
+            text = Path(path).read_text()
+        except OSError as e:
+            raise EdgespecError(f"cannot read prompts file {path}: {e.strerror}") from None
+        source = str(path)
+    rows, seen = [], defaultdict(int)
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise EdgespecError(f"{source}, line {i}: not JSON ({e})") from None
+        if not isinstance(row, dict) or "category" not in row or ("prompt" in row) == ("messages" in row):
+            raise EdgespecError(f"{source}, line {i}: needs 'category' and one of 'prompt' or 'messages'")
+        seen[row["category"]] += 1
+        if limit is None or seen[row["category"]] <= limit:
+            rows.append(row)
+    if not rows:
+        raise EdgespecError(f"{source} holds no prompts")
+    return rows
+
+
+@dataclass
+class Run:
+    tokens: list[int]
+    decode_s: float  # first token to last
+    drafted: int = 0
+    accepted: int = 0
+    overhead_ms: float = 0.0  # engine time per token outside the backend
+    steps: int = 0
+    position: list[tuple[int, int]] = field(default_factory=list)
+
+
+def _timed(stream: Iterable[int]) -> tuple[list[int], float]:
+    toks: list[int] = []
+    t_first = None
+    for t in stream:
+        if t_first is None:
+            t_first = time.perf_counter()
+        toks.append(t)
+    return toks, (time.perf_counter() - t_first) if t_first else 0.0
+
+
+class _LlamaCppPython:
+    """llama-cpp-python's own high-level generation, as its users run it."""
+
+    def __init__(self, path: Path, ctx: int, threads: int, lookup: bool, is_eog: Callable[[int], bool]) -> None:
+        from llama_cpp import Llama
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        self.llm = Llama(
+            str(path), n_ctx=ctx, n_threads=threads, n_threads_batch=threads, n_batch=512,
+            draft_model=LlamaPromptLookupDecoding() if lookup else None, verbose=False,
+        )
+        self.is_eog = is_eog
+
+    def run(self, ids: list[int], max_tokens: int) -> Run:
+        self.llm.reset()  # no prompt cache across methods: each run pays its own prefill
+
+        def tokens() -> Iterator[int]:
+            n = 0
+            for t in self.llm.generate(ids, temp=0.0, top_k=1, reset=True):
+                if self.is_eog(t):
+                    return
+                yield t
+                n += 1
+                if n >= max_tokens:
+                    return
+
+        toks, dt = _timed(tokens())
+        return Run(toks, dt)
+
+
+class _Edgespec:
+    def __init__(self, path: Path, drafter: str, ctx: int, threads: int, max_draft: int) -> None:
+        from .api import EdgeSpec
+
+        self.llm = EdgeSpec(str(path), drafter=drafter, n_ctx=ctx, threads=threads, max_draft=max_draft)
+
+    def run(self, ids: list[int], max_tokens: int) -> Run:
+        self.llm.reset()
+        toks, dt = _timed(self.llm.engine.generate(ids, max_tokens))
+        st = self.llm.last_stats
+        return Run(toks, dt, st.drafted, st.accepted, st.overhead_ms_per_token, st.steps,
+                   list(zip(st.position_tried, st.position_accepted)))
+
+
+def run_bench(
+    model: str, prompts: list[dict], drafters: list[str], max_tokens: int, ctx: int,
+    threads: int | None, max_draft: int, peer: bool, console: Console,
+) -> list[dict]:
+    from .drafters import MODEL_FREE
+    from .runtimes.llamacpp import default_threads
+    from .store import resolve
+
+    for d in drafters:
+        if d not in MODEL_FREE or d == "none":
+            raise EdgespecError(f"unknown bench drafter {d!r}; choose from: {', '.join(MODEL_FREE[1:])}")
+    threads = threads or default_threads()
+    path = resolve(model)
+    methods: dict[str, Callable[[list[int], int], Run]] = {}
+    with console.status(f"loading {model} for {2 + len(drafters)} methods…"):
+        es = {d: _Edgespec(path, d, ctx, threads, max_draft) for d in drafters}
+        tmpl = next(iter(es.values())).llm if es else _Edgespec(path, "none", ctx, threads, max_draft).llm
+        eog = tmpl.tokenizer.is_eog
+        methods[PLAIN] = _LlamaCppPython(path, ctx, threads, lookup=False, is_eog=eog).run
+        if peer:
+            methods[PEER] = _LlamaCppPython(path, ctx, threads, lookup=True, is_eog=eog).run
+        for d, m in es.items():
+            methods[d] = m.run
+    encoded = [(p["category"], tmpl.chat_ids(p["messages"]) if "messages" in p else tmpl.tokenize(p["prompt"]))
+               for p in prompts]
+    too_long = [len(ids) for _, ids in encoded if len(ids) + max_tokens > ctx]
+    if too_long:
+        raise EdgespecError(f"a prompt of {too_long[0]} tokens plus {max_tokens} new ones exceeds --ctx {ctx}")
+
+    warm = encoded[0][1][:32]
+    for run in methods.values():  # page in weights, calibrate batch costs, allocate buffers
+        run(warm, 8)
+
+    runs: dict[tuple[str, str], list[Run]] = defaultdict(list)
+    identical: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    from rich.progress import Progress
+
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("bench", total=len(encoded) * len(methods))
+        for cat, ids in encoded:
+            plain_tokens = None
+            for name, run in methods.items():
+                bar.update(task, description=f"{cat}: {name}")
+                r = run(ids, max_tokens)
+                runs[(name, cat)].append(r)
+                if name == PLAIN:
+                    plain_tokens = r.tokens
+                elif plain_tokens is not None:
+                    identical[name][0] += r.tokens == plain_tokens
+                    identical[name][1] += 1
+                bar.advance(task)
+
+    rows = []
+    cats = list(dict.fromkeys(c for c, _ in encoded))
+    for cat in cats + ["all"]:
+        def agg(name: str) -> tuple[int, float, int, int, float, list, int]:
+            rs = [r for (n, c), lst in runs.items() for r in lst if n == name and (cat == "all" or c == cat)]
+            toks = sum(len(r.tokens) - 1 for r in rs)  # the first token's time is the prefill's
+            secs = sum(r.decode_s for r in rs)
+            drafted = sum(r.drafted for r in rs)
+            acc = sum(r.accepted for r in rs)
+            over = sum(r.overhead_ms * len(r.tokens) for r in rs) / max(1, sum(len(r.tokens) for r in rs))
+            pos: list[list[int]] = []
+            for r in rs:
+                for i, (t, a) in enumerate(r.position):
+                    while len(pos) <= i:
+                        pos.append([0, 0])
+                    pos[i][0] += t
+                    pos[i][1] += a
+            return toks, secs, drafted, acc, over, pos, sum(r.steps for r in rs)
+
+        ptoks, psecs, *_ = agg(PLAIN)
+        plain_tps = ptoks / psecs if psecs else 0.0
+        for name in methods:
+            toks, secs, drafted, acc, over, pos, steps = agg(name)
+            tps = toks / secs if secs else 0.0
+            rows.append({
+                "drafter": name,
+                "category": cat,
+                "tokens_per_s": round(tps, 3),
+                "acceptance_rate": round(acc / drafted, 4) if drafted else None,
+                "ratio_to_plain": round(tps / plain_tps, 3) if plain_tps else None,
+                "overhead_ms_per_token": round(over, 4) if name not in (PLAIN, PEER) else None,
+                "tokens": toks,
+                "mean_accepted": round((steps + acc) / steps, 3) if steps else None,
+                "acceptance_by_position": [round(a / t, 3) if t else None for t, a in pos][:8],
+                "identical_to_plain": (f"{identical[name][0]}/{identical[name][1]}" if name != PLAIN else None),
+            })
+    return rows
+
+
+def print_rows(rows: list[dict], console: Console) -> None:
+    t = Table("category", "method", "tok/s", "x plain", "acceptance", "overhead ms/tok", "same as plain",
+              title="edgespec bench (decode speed, prefill excluded; measured side by side in one run)")
+    for r in rows:
+        t.add_row(
+            r["category"], r["drafter"], f"{r['tokens_per_s']:.2f}",
+            f"{r['ratio_to_plain']:.2f}" if r["ratio_to_plain"] is not None else "-",
+            f"{r['acceptance_rate']:.0%}" if r["acceptance_rate"] is not None else "-",
+            f"{r['overhead_ms_per_token']:.3f}" if r["overhead_ms_per_token"] is not None else "-",
+            r["identical_to_plain"] or "-",
+        )
+    console.print(t)

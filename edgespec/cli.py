@@ -1,0 +1,290 @@
+"""The `edgespec` command: chat, generate, bench, models."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .errors import ContextOverflowError, EdgespecError
+from .store import DEFAULT_MODEL
+
+app = typer.Typer(
+    help="Lossless speculative decoding for on-device LLMs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=True,
+)
+models_app = typer.Typer(help="The model store: list, fetch and locate real GGUF models.", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+
+out = Console()
+err = Console(stderr=True)
+
+ModelOpt = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Model-store name or path to a .gguf file.")
+DrafterOpt = typer.Option("auto", "--drafter", "-d", help="none, lookup, ngram, recycle or auto.")
+CtxOpt = typer.Option(4096, "--ctx", help="Context size in tokens.")
+ThreadsOpt = typer.Option(None, "--threads", "-t", help="CPU threads (default: physical cores).")
+MaxDraftOpt = typer.Option(16, "--max-draft", help="Upper bound on draft tokens per step.")
+
+
+def _fail(message: str, code: int = 1) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def user_errors(fn: Callable) -> Callable:
+    """Turn the errors a user can fix into one line and a non-zero exit."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except EdgespecError as e:
+            _fail(str(e))
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            raise typer.Exit(130)
+
+    return wrapper
+
+
+def _load(model: str, drafter: str, ctx: int, threads: Optional[int], max_draft: int):
+    from .api import EdgeSpec
+    from .drafters import make_drafter
+    from .controller import DraftController
+
+    from .store import resolve
+
+    make_drafter(drafter, 1, DraftController())  # reject an unknown drafter before loading anything
+    path = resolve(model)  # fetches with a progress bar on first use
+    with err.status(f"loading {model}…") as status:
+        llm = EdgeSpec(str(path), drafter=drafter, n_ctx=ctx, threads=threads, max_draft=max_draft)
+        if llm.drafter is not None:
+            status.update("timing batch sizes on this machine (cached after the first run)…")
+            llm.engine.calibrate()
+    llm.model_name = model
+    return llm
+
+
+@app.command()
+@user_errors
+def generate(
+    prompt: str = typer.Argument(..., help="The prompt; '-' reads it from standard input."),
+    model: str = ModelOpt,
+    drafter: str = DrafterOpt,
+    max_tokens: int = typer.Option(256, "--max-tokens", "-n", min=1),
+    temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 is greedy."),
+    top_k: int = typer.Option(0, "--top-k", min=0),
+    top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0),
+    seed: Optional[int] = typer.Option(None, "--seed"),
+    chat: bool = typer.Option(False, "--chat", help="Wrap the prompt as a user message in the model's chat template."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object: text, prompt_ids, token_ids, stats."),
+    ctx: int = CtxOpt,
+    threads: Optional[int] = ThreadsOpt,
+    max_draft: int = MaxDraftOpt,
+) -> None:
+    """Complete a prompt.
+
+    Example: edgespec generate "def quicksort(xs):" -m smollm2-135m -d lookup -n 64 --json
+    """
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    llm = _load(model, drafter, ctx, threads, max_draft)
+    kw = dict(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    ids = llm.chat_ids([{"role": "user", "content": prompt}]) if chat else llm.tokenize(prompt)
+    stream = llm.stream_ids(ids, **kw)
+    if json_out:
+        for _ in stream:
+            pass
+        print(json.dumps(stream.completion.to_dict(), ensure_ascii=False))
+        return
+    for piece in stream:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    err.print(f"[dim]{stream.completion.stats.summary()}[/]", highlight=False)
+
+
+@app.command()
+@user_errors
+def chat(
+    model: str = ModelOpt,
+    drafter: str = DrafterOpt,
+    system: Optional[str] = typer.Option(None, "--system", help="A system message."),
+    max_tokens: int = typer.Option(1024, "--max-tokens", "-n", min=1),
+    temperature: float = typer.Option(0.0, "--temperature", min=0.0),
+    seed: Optional[int] = typer.Option(None, "--seed"),
+    ctx: int = CtxOpt,
+    threads: Optional[int] = ThreadsOpt,
+    max_draft: int = MaxDraftOpt,
+) -> None:
+    """Chat in the terminal. Commands: /reset, /stats, /quit.
+
+    With no options it runs on the default model, fetched on first use.
+    """
+    llm = _load(model, drafter, ctx, threads, max_draft)
+    base = [{"role": "system", "content": system}] if system else []
+    messages = list(base)
+    err.print(f"[dim]edgespec chat · {llm.model_name} · drafter {drafter} · /reset /stats /quit[/]", highlight=False)
+    while True:
+        try:
+            line = input("> ")
+        except EOFError:
+            break
+        except KeyboardInterrupt:
+            err.print()
+            break
+        text = line.strip()
+        if not text:
+            continue
+        if text in ("/quit", "/exit"):
+            break
+        if text == "/reset":
+            messages = list(base)
+            llm.reset()
+            err.print("[dim]conversation cleared[/]")
+            continue
+        if text == "/stats":
+            err.print_json(json.dumps(llm.last_stats.to_dict()))
+            continue
+        messages.append({"role": "user", "content": line})
+        try:
+            ids = _fit_context(llm, messages, len(base), max_tokens)
+        except EdgespecError as e:
+            messages.pop()
+            err.print(f"[bold red]error:[/] {e}; the message was not sent, the chat goes on", highlight=False)
+            continue
+        stream = llm.stream_ids(ids, max_tokens=max_tokens, temperature=temperature, seed=seed)
+        try:
+            for piece in stream:
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+        except KeyboardInterrupt:
+            stream.cancel()
+            for _ in stream:  # let the engine finish its step cleanly
+                pass
+        sys.stdout.write("\n")
+        messages.append({"role": "assistant", "content": stream.completion.text})
+        err.print(f"[dim]{stream.completion.stats.summary()}[/]", highlight=False)
+
+
+def _fit_context(llm, messages: list[dict], n_fixed: int, max_tokens: int) -> list[int]:
+    """Token ids of the conversation, dropping the oldest turns when it outgrows the context."""
+    n_ctx = llm.backend.n_ctx
+    while True:
+        ids = llm.chat_ids(messages)
+        if len(ids) + min(max_tokens, n_ctx // 4) <= n_ctx or len(messages) <= n_fixed + 1:
+            break
+        del messages[n_fixed : n_fixed + 2]  # oldest user/assistant pair
+        err.print("[dim](oldest turn dropped to fit the context)[/]")
+    if len(ids) >= n_ctx:
+        raise ContextOverflowError(f"the message is {len(ids)} tokens; the context holds {n_ctx}")
+    return ids
+
+
+@app.command()
+@user_errors
+def bench(
+    model: str = ModelOpt,
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="JSONL: {category, prompt} or {category, messages}."),
+    drafters: str = typer.Option("lookup,ngram,recycle,auto", "--drafters", help="Comma-separated edgespec drafters."),
+    max_tokens: int = typer.Option(256, "--max-tokens", "-n", min=1),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the rows as a JSON list here."),
+    ctx: int = CtxOpt,
+    threads: Optional[int] = ThreadsOpt,
+    max_draft: int = MaxDraftOpt,
+    peer: bool = typer.Option(True, "--peer/--no-peer", help="Include llama-cpp-python's own prompt lookup."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N prompts of each category."),
+) -> None:
+    """Plain llama.cpp, its prompt lookup and edgespec's drafters, side by side in one run.
+
+    Example: edgespec bench -m qwen2.5-coder-1.5b --drafters lookup,auto -n 256 --json bench.json
+    """
+    from .bench import load_prompts, print_rows, run_bench
+
+    names = [d.strip() for d in drafters.split(",") if d.strip()]
+    rows = run_bench(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft, peer, err)
+    print_rows(rows, out)
+    if json_path:
+        json_path.write_text(json.dumps(rows, indent=2))
+        err.print(f"[dim]wrote {json_path}[/]")
+
+
+@models_app.command("list")
+@user_errors
+def models_list(json_out: bool = typer.Option(False, "--json")) -> None:
+    """The models edgespec can fetch, and which are cached."""
+    from .store import MODELS, cached_path, is_cached
+
+    rows = [
+        {"name": m.name, "description": m.description, "role": m.role, "size": m.size,
+         "cached": is_cached(m.name), "path": str(cached_path(m.name))}
+        for m in MODELS.values()
+    ]
+    if json_out:
+        print(json.dumps(rows, indent=2))
+        return
+    t = Table("name", "size", "cached", "description", "role")
+    for r in rows:
+        t.add_row(r["name"], f"{r['size'] / 1e6:,.0f} MB", "yes" if r["cached"] else "-", r["description"], r["role"])
+    out.print(t)
+
+
+@models_app.command("fetch")
+@user_errors
+def models_fetch(
+    names: list[str] = typer.Argument(..., help="Model names (see `edgespec models list`)."),
+    force: bool = typer.Option(False, "--force", help="Fetch again even if cached."),
+) -> None:
+    """Download, assemble and verify models into the cache."""
+    from .store import fetch, spec
+
+    for name in names:
+        spec(name)
+    for name in names:
+        path = fetch(name, force=force)
+        out.print(f"{name}: {path}", highlight=False)
+
+
+@models_app.command("path")
+@user_errors
+def models_path(name: str) -> None:
+    """Print the local path of a model, fetching it first if needed."""
+    from .store import resolve
+
+    print(resolve(name))
+
+
+@models_app.command("verify")
+@user_errors
+def models_verify(name: str) -> None:
+    """Re-hash a cached model against its pinned sha256."""
+    from .store import verify
+
+    out.print(f"{name}: ok ({verify(name)})", highlight=False)
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        print(f"edgespec {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=version_callback, is_eager=True, help="Show the version."),
+) -> None:
+    pass
+
+
+def main() -> None:
+    app()

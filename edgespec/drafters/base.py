@@ -1,0 +1,93 @@
+"""The Drafter interface: propose target-vocabulary tokens; learn from what was verified."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ..sequence import common_prefix
+
+
+@dataclass
+class Draft:
+    """Proposed continuation, in the target's vocabulary.
+
+    `probs` is [len(tokens), n_vocab] when the tokens were sampled from a
+    distribution (model drafters in sampling mode); None means deterministic.
+    `key` names the kind of proposal (drafter and, e.g., match length) so the
+    controller can learn the acceptance of each kind separately.
+    """
+
+    tokens: list[int] = field(default_factory=list)
+    key: str = ""
+    probs: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def truncated(self, k: int) -> "Draft":
+        if k >= len(self.tokens):
+            return self
+        return Draft(self.tokens[:k], self.key, None if self.probs is None else self.probs[:k])
+
+
+EMPTY = Draft()
+
+
+class Drafter(ABC):
+    """Proposes tokens the target is likely to produce next.
+
+    The engine calls `begin` with the prompt of each generation, then per step
+    `propose` with the history (prompt + accepted output, the last token
+    included) and `observe` after verification. History only grows between
+    `begin` calls, so drafters may index it incrementally.
+    """
+
+    name: str = "drafter"
+
+    def begin(self, history: Sequence[int]) -> None:
+        """A generation starts from `history` (for chat: all earlier turns too)."""
+
+    @abstractmethod
+    def propose(self, history: Sequence[int], k: int) -> Draft:
+        """Up to k tokens to follow `history`."""
+
+    def observe(self, history: Sequence[int], inputs: Sequence[int], logits: np.ndarray) -> None:
+        """After a verification step: `inputs` are the step's last token and the
+        accepted drafts, `logits[i]` the target's output after `inputs[i]`.
+        `history` is as of the step's start; the accepted tokens arrive with the
+        next `propose`."""
+
+    def reset(self) -> None:
+        """Forget everything learned."""
+
+    def memory(self) -> int:
+        """Bytes held (approximate for Python containers)."""
+        return 0
+
+
+class History:
+    """Tracks how much of a growing token history a drafter has consumed."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    def sync(self, history: Sequence[int], check: bool = False) -> tuple[int, bool]:
+        """Returns (start, rewritten): history[start:] is new to the drafter.
+
+        Between `begin` calls history only grows, so the cheap path just appends.
+        With `check` (once per generation) a history that diverged from what was
+        seen is detected: `start` is then the common prefix and `rewritten` True,
+        and position-based indexes must be rebuilt.
+        """
+        n = len(self.seen)
+        if check:
+            common = common_prefix(self.seen, history)
+            if common < n:
+                self.seen = list(history)
+                return common, True
+        self.seen.extend(history[n:])
+        return n, False

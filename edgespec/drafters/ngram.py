@@ -1,0 +1,75 @@
+"""Online n-gram cache (after llama.cpp's common/ngram-cache): continuation counts
+of every n-gram seen in the session, kept across chat turns.
+
+Where prompt lookup copies the single most recent continuation, the cache drafts
+the most frequent one, and only while it is dominant enough to be worth a slot.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Sequence
+
+from .base import EMPTY, Draft, Drafter, History
+
+
+class NGramCacheDrafter(Drafter):
+    name = "ngram"
+
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 1, min_count: int = 2, min_share: float = 0.5) -> None:
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+        self.min_count = min_count
+        self.min_share = min_share
+        self.reset()
+
+    def reset(self) -> None:
+        self._hist = History()
+        # _counts[ngram][next_token] = times seen
+        self._counts: dict[tuple[int, ...], dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        self._learned = 0
+
+    def begin(self, history: Sequence[int]) -> None:
+        # a new turn repeats earlier turns: learn only what is new, so counts stay honest
+        start, _ = self._hist.sync(history, check=True)
+        self._learned = min(self._learned, start)
+        self._learn()
+
+    def _learn(self) -> None:
+        toks = self._hist.seen
+        for i in range(max(self._learned, 1), len(toks)):
+            nxt = toks[i]
+            for n in range(1, min(self.max_ngram, i) + 1):
+                self._counts[tuple(toks[i - n : i])][nxt] += 1
+        self._learned = max(self._learned, len(toks))
+
+    def _next(self, ctx: list[int]) -> tuple[int, int] | None:
+        for n in range(min(self.max_ngram, len(ctx)), self.min_ngram - 1, -1):
+            cont = self._counts.get(tuple(ctx[-n:]))
+            if not cont:
+                continue
+            tok, cnt = max(cont.items(), key=lambda kv: kv[1])
+            if cnt >= self.min_count and cnt >= self.min_share * sum(cont.values()):
+                return tok, n
+            return None  # the longest context seen is ambiguous: shorter ones know less
+        return None
+
+    def propose(self, history: Sequence[int], k: int) -> Draft:
+        self._hist.sync(history)
+        self._learn()
+        ctx = list(self._hist.seen[-self.max_ngram :])
+        out: list[int] = []
+        first_n = 0
+        while len(out) < k:
+            step = self._next(ctx)
+            if step is None:
+                break
+            tok, n = step
+            first_n = first_n or n
+            out.append(tok)
+            ctx = ctx[1:] + [tok] if len(ctx) >= self.max_ngram else ctx + [tok]
+        return Draft(out, key=f"ngram/n{first_n}") if out else EMPTY
+
+    def memory(self) -> int:
+        entries = sum(len(c) for c in self._counts.values())
+        return len(self._counts) * 250 + entries * 100

@@ -1,0 +1,196 @@
+"""The speculation loop: draft, verify in one batch, roll back, learn.
+
+Invariant: the backend's KV cache holds exactly `self.cached`; the last emitted
+token is pending (not yet evaluated) and leads the next batch, as in llama.cpp's
+speculative example: eval([pending, d1..dk]) gives k+1 rows of logits; row i
+verifies d(i+1) and row n (after n accepted drafts) gives the next token.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from . import calibration
+from .backend import Backend
+from .controller import DraftController
+from .drafters.base import EMPTY, Drafter
+from .errors import ContextOverflowError
+from .sequence import common_prefix
+from .stats import GenerationStats
+from .verifier import SamplingParams, sample, verify_greedy, verify_sampling
+
+
+class Engine:
+    """One target backend, one drafter (or none), one conversation's KV cache."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        drafter: Drafter | None = None,
+        max_draft: int = 16,
+        controller: DraftController | None = None,
+        calibrate: bool = True,
+    ) -> None:
+        self.backend = backend
+        self.drafter = drafter
+        self.controller = controller or DraftController(max_k=max_draft)
+        self.max_draft = self.controller.max_k
+        self._calibrate = calibrate and drafter is not None
+        self.cached: list[int] = []
+        self.last_stats = GenerationStats()
+        self._lock = threading.Lock()  # one generation at a time per backend
+
+    # -- cost calibration ---------------------------------------------------
+
+    def calibrate(self, sizes: Sequence[int] | None = None, repeats: int = 1) -> dict[int, float]:
+        """Time batches of every size up to max_draft + 1 on the backend, then undo them.
+
+        Cheap drafts are only worth verifying if a k-token batch costs little more
+        than one token; this measures it on the real kernels of this machine. The
+        curve is not smooth (llama.cpp picks kernels by batch size: on one CPU
+        here 4 tokens cost 1.75x one token and 3 tokens 2.1x), so every size is
+        timed. Results are cached on disk per model, build and machine.
+        """
+        b = self.backend
+        key = b.cost_key()
+        if sizes is None and calibration.load(key, self.controller.cost):
+            return self.controller.cost.measured
+        base = b.n_past
+        sizes = [n for n in (sizes or range(1, self.max_draft + 2)) if base + n <= b.n_ctx]
+        filler = self.cached[-1] if self.cached else (b.tokenizer.bos_id or 0)
+        for n in (1, 1, 4):  # warm-up: first calls pay for allocations and cold caches
+            b.eval([filler] * min(n, b.n_ctx - base))
+            b.rollback(base)
+        for _ in range(repeats):
+            for n in [*sizes, 1]:  # one token again at the end: the unit all others are compared to
+                t0 = time.perf_counter()
+                b.eval([filler] * n)
+                self.controller.cost.observe(n, time.perf_counter() - t0)
+                b.rollback(base)
+        calibration.save(key, self.controller.cost)
+        return self.controller.cost.measured
+
+    # -- generation -----------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget the conversation (the drafter's learned statistics stay)."""
+        self.backend.rollback(0)
+        self.cached = []
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        max_tokens: int = 256,
+        params: SamplingParams | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[int]:
+        """Yield generated token ids; statistics land in `self.last_stats`.
+
+        End-of-generation tokens stop the stream and are not yielded.
+        """
+        params = params or SamplingParams()
+        prompt = list(prompt)
+        b = self.backend
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        if len(prompt) >= b.n_ctx:
+            raise ContextOverflowError(
+                f"the prompt is {len(prompt)} tokens; the context holds {b.n_ctx} (leave room for the answer)"
+            )
+        with self._lock:
+            yield from self._generate(prompt, max_tokens, params, cancel)
+
+    def _generate(self, prompt: list[int], max_tokens: int, params: SamplingParams,
+                  cancel: threading.Event | None) -> Iterator[int]:
+        b = self.backend
+        rng = np.random.default_rng(params.seed)
+        st = self.last_stats = GenerationStats(prompt_tokens=len(prompt))
+        t_start = time.perf_counter()
+
+        # reuse the cached prefix (a chat turn extends the previous one); at least
+        # one prompt token must be evaluated to get the logits for the first token
+        keep = min(common_prefix(self.cached, prompt), len(prompt) - 1)
+        b.rollback(keep)
+        self.cached = self.cached[:keep]
+        logits = b.eval(prompt[keep:], n_logits=1)[0]
+        self.cached = list(prompt)
+        token = sample(logits, params, rng)
+        st.prefill_s = time.perf_counter() - t_start
+        if self._calibrate and not self.controller.cost.calibrated:
+            t0 = time.perf_counter()
+            self.calibrate()
+            st.prefill_s += time.perf_counter() - t0  # start-up cost, not decoding speed
+
+        history = list(prompt)
+        drafter = self.drafter
+        if drafter is not None:
+            t0 = time.perf_counter()
+            drafter.begin(history)
+            st.draft_s += time.perf_counter() - t0
+        ctl = self.controller
+        pending = [token]
+        st.finish_reason = "length"
+        try:
+            while True:
+                # emit what the last step produced
+                stop = False
+                for t in pending:
+                    if b.tokenizer.is_eog(t):
+                        st.finish_reason, stop = "stop", True
+                        break
+                    history.append(t)
+                    st.generated_tokens += 1
+                    yield t
+                    if st.generated_tokens >= max_tokens:
+                        stop = True
+                        break
+                if stop:
+                    break
+                if cancel is not None and cancel.is_set():
+                    st.finish_reason = "cancelled"
+                    break
+                last = history[-1]
+                room = b.n_ctx - b.n_past - 1  # batch = [last, *draft] must fit
+                if room < 0:
+                    st.finish_reason = "context"
+                    break
+                k_cap = min(self.max_draft, max_tokens - st.generated_tokens - 1, room)
+
+                # draft
+                draft = EMPTY
+                if drafter is not None and k_cap > 0:
+                    t0 = time.perf_counter()
+                    draft = drafter.propose(history, k_cap)
+                    if len(draft):
+                        draft = draft.truncated(ctl.choose(draft.key, len(draft)))
+                    st.draft_s += time.perf_counter() - t0
+                k = len(draft)
+
+                # verify in one batch
+                batch = [last, *draft.tokens]
+                n_before = b.n_past
+                t0 = time.perf_counter()
+                out = b.eval(batch)
+                dt = time.perf_counter() - t0
+                st.verify_s += dt
+                if params.greedy:
+                    verdict = verify_greedy(draft.tokens, out)
+                else:
+                    verdict = verify_sampling(draft.tokens, draft.probs, out, params, rng)
+                n = verdict.n_accepted
+                if n < k:
+                    b.rollback(n_before + 1 + n)
+                self.cached.extend(batch[: 1 + n])
+                st.record_step(draft.key, k, n)
+                if drafter is not None:
+                    ctl.record(draft.key, k, n, len(batch), dt)
+                    t0 = time.perf_counter()
+                    drafter.observe(history, batch[: n + 1], out[: n + 1])
+                    st.draft_s += time.perf_counter() - t0
+                pending = [*draft.tokens[:n], verdict.next_token]
+        finally:
+            st.total_s = time.perf_counter() - t_start

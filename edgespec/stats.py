@@ -1,0 +1,81 @@
+"""Speculation statistics (after onnxruntime-genai's speculative_stats and
+llama.cpp's per-drafter counters)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    steps: int = 0  # target evaluations after the prefill
+    drafted: int = 0  # draft tokens sent to verification
+    accepted: int = 0
+    position_tried: list[int] = field(default_factory=list)
+    position_accepted: list[int] = field(default_factory=list)
+    prefill_s: float = 0.0
+    verify_s: float = 0.0  # backend time of the decode steps
+    draft_s: float = 0.0
+    total_s: float = 0.0
+    finish_reason: str = ""
+    by_key: dict[str, list[int]] = field(default_factory=dict)  # key -> [drafted, accepted]
+
+    def record_step(self, key: str, k: int, n_accepted: int) -> None:
+        self.steps += 1
+        self.drafted += k
+        self.accepted += n_accepted
+        if k:
+            while len(self.position_tried) < k:
+                self.position_tried.append(0)
+                self.position_accepted.append(0)
+            for i in range(min(n_accepted + 1, k)):
+                self.position_tried[i] += 1
+            for i in range(n_accepted):
+                self.position_accepted[i] += 1
+            d = self.by_key.setdefault(key.split("/")[0], [0, 0])
+            d[0] += k
+            d[1] += n_accepted
+
+    @property
+    def decode_s(self) -> float:
+        return max(self.total_s - self.prefill_s, 1e-9)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens per second of decoding (prefill excluded, as llama.cpp reports eval speed)."""
+        return self.generated_tokens / self.decode_s if self.generated_tokens else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        """Tokens produced per target evaluation (accepted drafts + the target's own)."""
+        return (self.steps + self.accepted) / self.steps if self.steps else 0.0
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        return [a / t if t else 0.0 for a, t in zip(self.position_accepted, self.position_tried)]
+
+    @property
+    def overhead_ms_per_token(self) -> float:
+        """Engine time per generated token that is not the backend's evaluation."""
+        if not self.generated_tokens:
+            return 0.0
+        return 1000.0 * max(self.decode_s - self.verify_s, 0.0) / self.generated_tokens
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for name in ("tokens_per_s", "acceptance_rate", "mean_accepted", "acceptance_by_position",
+                     "overhead_ms_per_token", "decode_s"):
+            d[name] = getattr(self, name)
+        return d
+
+    def summary(self) -> str:
+        s = f"{self.generated_tokens} tokens, {self.tokens_per_s:.1f} tok/s"
+        if self.drafted:
+            s += (f", acceptance {self.acceptance_rate:.0%}, {self.mean_accepted:.2f} tokens/step")
+        return s

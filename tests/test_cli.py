@@ -1,0 +1,84 @@
+"""The command line: useful output, and bad input as one clear line with no traceback."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def edgespec(*args, stdin=None, timeout=600):
+    return subprocess.run([sys.executable, "-m", "edgespec", *args], input=stdin, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def assert_one_line_error(r, pattern):
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("error:") and pattern in lines[0], lines[0]
+
+
+def test_version_and_help():
+    r = edgespec("--version")
+    assert r.returncode == 0 and r.stdout.startswith("edgespec ")
+    r = edgespec("generate", "--help")
+    assert r.returncode == 0 and "--drafter" in r.stdout and "Example" in r.stdout
+
+
+def test_models_list_names_the_four_models():
+    r = edgespec("models", "list", "--json")
+    assert r.returncode == 0
+    assert {m["name"] for m in json.loads(r.stdout)} >= {"smollm2-135m", "qwen2.5-coder-1.5b"}
+
+
+def test_missing_model_file(tmp_path):
+    r = edgespec("generate", "hi", "--model", str(tmp_path / "missing.gguf"))
+    assert_one_line_error(r, "model file not found")
+
+
+def test_unknown_model_name():
+    assert_one_line_error(edgespec("generate", "hi", "--model", "llama-9000"), "unknown model 'llama-9000'")
+
+
+def test_corrupt_gguf(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + bytes(range(256)) * 4)
+    assert_one_line_error(edgespec("generate", "hi", "--model", str(bad)), "corrupt GGUF")
+
+
+def test_unknown_drafter(tmp_path):
+    assert_one_line_error(edgespec("generate", "hi", "--drafter", "psychic"), "unknown drafter 'psychic'")
+
+
+def test_bad_prompts_file(tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"category": "code"}\n')
+    assert_one_line_error(edgespec("bench", "--prompts", str(f), "--model", "smollm2-135m"), "line 1")
+
+
+@pytest.mark.real_model
+def test_prompt_longer_than_the_context(smollm2_path):
+    r = edgespec("generate", "word " * 400, "--model", str(smollm2_path), "--ctx", "128")
+    assert_one_line_error(r, "the context holds 128")
+
+
+@pytest.mark.real_model
+def test_generate_json_reports_text_ids_and_stats(smollm2_path):
+    r = edgespec("generate", "def add(a, b):", "--model", str(smollm2_path), "--drafter", "lookup",
+                 "--max-tokens", "24", "--seed", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["text"] and len(d["token_ids"]) <= 24 and d["prompt_ids"]
+    assert {"tokens_per_s", "acceptance_rate", "mean_accepted"} <= set(d["stats"])
+
+
+@pytest.mark.real_model
+def test_chat_answers_and_understands_its_commands(smollm2_path):
+    r = edgespec("chat", "--model", str(smollm2_path), "--max-tokens", "16",
+                 stdin="Say hello.\n/stats\n/reset\nSay bye.\n/quit\n")
+    assert r.returncode == 0, r.stderr
+    assert "conversation cleared" in r.stderr
+    assert '"generated_tokens"' in r.stderr  # /stats prints the last answer's statistics
+    assert r.stderr.count("tok/s") == 2  # a stats line after each answer

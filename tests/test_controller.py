@@ -1,0 +1,42 @@
+"""Adaptive draft length: draft what pays, nothing when nothing does."""
+
+from edgespec.controller import DraftController
+
+
+def controller_with_costs(costs):
+    c = DraftController(max_k=8)
+    for n, t in costs.items():
+        c.cost.observe(n, t)
+    return c
+
+
+def test_drafts_long_when_verification_is_cheap_and_drafts_are_accepted():
+    c = controller_with_costs({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.3, 9: 1.35})
+    for _ in range(50):
+        c.record("lookup/n8+", 8, 8, 9, 1.35)
+    assert c.choose("lookup/n8+", 8) == 8
+
+
+def test_drafts_nothing_when_batches_cost_as_much_as_separate_tokens():
+    c = controller_with_costs({1: 1.0, 2: 2.0, 4: 4.0, 9: 9.0})
+    for _ in range(50):
+        c.record("recycle", 2, 0, 3, 3.0)
+    choices = [c.choose("recycle", 4) for _ in range(64)]
+    # mostly 0, with a rare one-token probe so a changed situation is noticed
+    assert choices.count(0) == 62 and choices.count(1) == 2
+
+
+def test_acceptance_is_learned_per_kind_of_draft():
+    c = controller_with_costs({1: 1.0, 2: 1.3, 3: 1.6, 5: 2.2})
+    for _ in range(40):
+        c.record("good", 4, 4, 5, 2.2)
+        c.record("bad", 4, 0, 5, 2.2)
+    assert c.choose("good", 4) == 4
+    assert c.choose("bad", 4) == 0
+
+
+def test_cost_is_interpolated_between_measured_batch_sizes():
+    c = controller_with_costs({1: 1.0, 4: 1.6})
+    costs = c.cost.costs()
+    assert abs(costs[2] - 1.2) < 1e-9 and abs(costs[3] - 1.4) < 1e-9
+    assert costs[6] > costs[4]  # extrapolated with the measured slope

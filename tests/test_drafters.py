@@ -1,0 +1,92 @@
+"""Model-free drafters: what each proposes, and what it learns."""
+
+import numpy as np
+
+from edgespec.controller import DraftController
+from edgespec.drafters import (AutoDrafter, NGramCacheDrafter, PromptLookupDrafter, TokenRecyclingDrafter,
+                               make_drafter)
+from edgespec.drafters.base import Draft
+
+
+def test_prompt_lookup_continues_the_longest_earlier_match():
+    d = PromptLookupDrafter(max_ngram=4)
+    # "1 2 3 4 5" occurred; "9 3 4 7" too; the history ends in "2 3 4": the longer match wins
+    history = [1, 2, 3, 4, 5, 6, 9, 3, 4, 7, 8, 0, 2, 3, 4]
+    d.begin(history)
+    draft = d.propose(history, 3)
+    assert draft.tokens == [5, 6, 9]
+    assert draft.key == "lookup/n3"
+
+
+def test_prompt_lookup_indexes_new_tokens_incrementally():
+    d = PromptLookupDrafter()
+    history = [10, 11, 12, 13]
+    d.begin(history)
+    assert d.propose(history, 2).tokens == []  # nothing repeats yet
+    history += [10, 11]  # the output starts repeating the prompt
+    assert d.propose(history, 2).tokens == [12, 13]
+
+
+def test_prompt_lookup_rebuilds_when_a_new_prompt_diverges():
+    d = PromptLookupDrafter()
+    d.begin([1, 2, 3, 1, 2])
+    assert d.propose([1, 2, 3, 1, 2], 1).tokens == [3]
+    d.begin([7, 8, 9, 7])  # a different conversation: old positions must not leak
+    assert d.propose([7, 8, 9, 7], 2).tokens == [8, 9]
+
+
+def test_ngram_cache_drafts_the_dominant_continuation_and_keeps_it_across_turns():
+    d = NGramCacheDrafter(max_ngram=2, min_count=2)
+    turn1 = [5, 6, 7, 1, 5, 6, 7, 2, 5, 6, 7]
+    d.begin(turn1)
+    assert d.propose(turn1, 2).tokens == []  # after "6 7": 1 once, 2 once -> no dominant one
+    turn2 = turn1 + [3, 4, 5, 6]  # the next turn extends the conversation
+    d.begin(turn2)
+    assert d.propose(turn2, 1).tokens == [7]  # "5 6" -> 7 every time
+    # a new turn that repeats the old history does not count it twice
+    assert d._counts[(5, 6)][7] == 3
+    d.begin(turn2 + [9])
+    assert dict(d._counts[(5, 6)]) == {7: 3, 9: 1}
+
+
+def test_token_recycling_walks_successors_taken_from_verification_logits():
+    vocab = 50
+    d = TokenRecyclingDrafter(vocab)
+    logits = np.zeros((2, vocab), dtype=np.float32)
+    logits[0, 7] = 3.0  # after token 4 the target liked 7 best, then 8
+    logits[0, 8] = 2.0
+    logits[1, 9] = 5.0  # after token 7: 9
+    d.observe([1, 4], [4, 7], logits)
+    assert list(d.successors(4)[:2]) == [7, 8]
+    assert d.propose([1, 4], 3).tokens[:2] == [7, 9]
+
+
+def test_token_recycling_table_stays_under_4_mb_for_large_vocabularies():
+    for vocab in (49_152, 151_936, 262_144):
+        d = TokenRecyclingDrafter(vocab)
+        assert d.memory() < 4_000_000
+        assert d.k >= 3
+
+
+def test_auto_takes_the_proposal_with_the_best_predicted_gain():
+    class Fixed:
+        def __init__(self, tokens, key):
+            self.draft = Draft(tokens, key)
+
+        def begin(self, h): ...
+        def observe(self, h, i, l): ...
+        def propose(self, h, k):
+            return self.draft
+
+    scores = {"a": 1.2, "b": 2.5}
+    auto = AutoDrafter([Fixed([1], "a"), Fixed([2, 3], "b")], score=lambda key, n: scores[key])
+    assert auto.propose([0], 4).tokens == [2, 3]
+
+
+def test_unknown_drafter_names_are_refused():
+    import pytest
+
+    from edgespec.errors import DrafterError
+
+    with pytest.raises(DrafterError, match="unknown drafter 'magic'"):
+        make_drafter("magic", 100, DraftController())
