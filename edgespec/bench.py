@@ -85,6 +85,9 @@ class _LlamaCppPython:
         self.llm = Llama(
             str(path), n_ctx=ctx, n_threads=threads, n_threads_batch=threads, n_batch=512,
             draft_model=LlamaPromptLookupDecoding() if lookup else None, verbose=False,
+            # with a draft model Llama keeps logits for every position but sizes that
+            # buffer by n_batch unless logits_all is given: past 512 tokens it crashes
+            logits_all=lookup,
         )
         self.is_eog = is_eog
 

@@ -34,7 +34,12 @@ class AcceptanceModel:
         a = self._acc.get(key)
         if a is None:
             return np.full(self.max_k, self.prior)
-        return (a + self.prior * self.prior_weight) / (self._tries[key] + self.prior_weight)
+        t = self._tries[key]
+        # positions never tried borrow the key's pooled rate, not the flat prior:
+        # otherwise a key that verified 3 tokens at 90% would look like 50% at
+        # position 4 forever, and long drafts (where copying pays) would never be tried
+        pooled = (a.sum() + self.prior * self.prior_weight) / (t.sum() + self.prior_weight)
+        return (a + pooled * self.prior_weight) / (t + self.prior_weight)
 
     def record(self, key: str, k: int, n_accepted: int) -> None:
         if k <= 0:

@@ -18,7 +18,7 @@ from . import calibration
 from .backend import Backend
 from .controller import DraftController
 from .drafters.base import EMPTY, Drafter
-from .errors import ContextOverflowError
+from .errors import ContextOverflowError, EdgespecError
 from .sequence import common_prefix
 from .stats import GenerationStats
 from .verifier import SamplingParams, sample, verify_greedy, verify_sampling
@@ -96,7 +96,9 @@ class Engine:
         prompt = list(prompt)
         b = self.backend
         if not prompt:
-            raise ValueError("the prompt is empty")
+            raise EdgespecError("the prompt is empty")
+        if max_tokens < 1:
+            raise EdgespecError(f"max_tokens must be at least 1, not {max_tokens}")
         if len(prompt) >= b.n_ctx:
             raise ContextOverflowError(
                 f"the prompt is {len(prompt)} tokens; the context holds {b.n_ctx} (leave room for the answer)"

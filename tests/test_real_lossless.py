@@ -3,8 +3,11 @@
 llama.cpp's batched kernels round differently from its one-token kernels, so a
 near-tie between two candidates can flip when speculation verifies in batches.
 Every divergence from plain greedy decoding is re-scored with the target over
-the common prefix: the two candidates' logits must be within 0.3 of each other,
-or it is a bug.
+the common prefix, and the two candidates' logits must be within 0.3 of each
+other, or it is a bug. The margin that decides is the one plain decoding itself
+saw (prompt in one batch, then one token at a time); the one-batch re-score of
+the whole prefix is printed beside it. It is a third rounding of the same
+numbers: on SmolLM2 it once gave 0.45 where plain decoding's own margin was 0.11.
 
 CI runs it on SmolLM2-135M. For another model of the store:
     EDGESPEC_LOSSLESS_MODEL=qwen2.5-coder-0.5b python3 -m pytest -q -s tests/test_real_lossless.py
@@ -55,13 +58,19 @@ def plain(backend, prompt_ids):
     return outs
 
 
-def rescore_gap(backend, prefix, a, b):
-    """|logit(a) - logit(b)| after `prefix`, in one batch."""
+def rescore_gaps(backend, prompt, common, a, b):
+    """|logit(a) - logit(b)| after prompt + common: as plain decoding computed it
+    (prompt batch, then token by token), and in one batch over the whole prefix."""
     backend.rollback(0)
-    logits = backend.eval(prefix, n_logits=1)[0]
-    gap = abs(float(logits[a]) - float(logits[b]))
+    logits = backend.eval(prompt, n_logits=1)[0]
+    for t in common:
+        logits = backend.eval([t])[0]
+    sequential = abs(float(logits[a]) - float(logits[b]))
     backend.rollback(0)
-    return gap
+    logits = backend.eval(prompt + common, n_logits=1)[0]
+    one_batch = abs(float(logits[a]) - float(logits[b]))
+    backend.rollback(0)
+    return sequential, one_batch
 
 
 @pytest.mark.parametrize("drafter", ["lookup", "ngram", "recycle", "auto"])
@@ -86,12 +95,13 @@ def test_speculation_matches_plain_greedy_up_to_near_ties(backend, prompt_ids, p
         else:
             alt, ref = out[j], expected[j]
         engine.reset()
-        gaps.append(rescore_gap(backend, ids + expected[:j], alt, ref))
+        gaps.append(rescore_gaps(backend, ids, expected[:j], alt, ref))
     with capsys.disabled():
         print(f"\n[{MODEL} {drafter}] identical to plain greedy: {identical}/{len(plain)}; "
-              f"divergence gaps: {[round(g, 3) for g in gaps]}; acceptance {accepted}/{drafted}")
+              f"divergence gaps (plain's own, one batch): {[(round(a, 3), round(b, 3)) for a, b in gaps]}; "
+              f"acceptance {accepted}/{drafted}")
     assert accepted > 0, "no draft was ever accepted: the test exercised nothing"
-    assert all(g < NEAR_TIE for g in gaps), f"a divergence is not a near-tie: {gaps}"
+    assert all(seq < NEAR_TIE for seq, _ in gaps), f"a divergence is not a near-tie: {gaps}"
 
 
 def test_store_fetch_verifies_the_real_file(smollm2_path):
