@@ -156,7 +156,7 @@ def run_bench(
         run(warm, 8)
 
     runs: dict[tuple[str, str], list[Run]] = defaultdict(list)
-    identical: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    identical: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # (method, category) -> [same, runs]
     from rich.progress import Progress
 
     with Progress(console=console, transient=True) as bar:
@@ -170,8 +170,9 @@ def run_bench(
                 if name == PLAIN:
                     plain_tokens = r.tokens
                 elif plain_tokens is not None:
-                    identical[name][0] += r.tokens == plain_tokens
-                    identical[name][1] += 1
+                    for c in (cat, "all"):
+                        identical[(name, c)][0] += r.tokens == plain_tokens
+                        identical[(name, c)][1] += 1
                 bar.advance(task)
 
     rows = []
@@ -208,7 +209,7 @@ def run_bench(
                 "tokens": toks,
                 "mean_accepted": round((steps + acc) / steps, 3) if steps else None,
                 "acceptance_by_position": [round(a / t, 3) if t else None for t, a in pos][:8],
-                "identical_to_plain": (f"{identical[name][0]}/{identical[name][1]}" if name != PLAIN else None),
+                "identical_to_plain": ("{}/{}".format(*identical[(name, cat)]) if name != PLAIN else None),
             })
     return rows
 

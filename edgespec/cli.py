@@ -57,9 +57,8 @@ def user_errors(fn: Callable) -> Callable:
 
 def _load(model: str, drafter: str, ctx: int, threads: Optional[int], max_draft: int):
     from .api import EdgeSpec
-    from .drafters import make_drafter
     from .controller import DraftController
-
+    from .drafters import make_drafter
     from .store import resolve
 
     make_drafter(drafter, 1, DraftController())  # reject an unknown drafter before loading anything
