@@ -154,6 +154,11 @@ def run_bench(
     warm = encoded[0][1][:32]
     for run in methods.values():  # page in weights, calibrate batch costs, allocate buffers
         run(warm, 8)
+    if es:
+        cost = next(iter(es.values())).llm.engine.controller.cost.measured
+        if 1 in cost:
+            console.print("batch cost, in units of one token: "
+                          + ", ".join(f"{n}: {t / cost[1]:.2f}" for n, t in sorted(cost.items())), highlight=False)
 
     runs: dict[tuple[str, str], list[Run]] = defaultdict(list)
     identical: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # (method, category) -> [same, runs]
