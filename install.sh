@@ -6,7 +6,18 @@
 # llama_decode on some CPUs, so on x86-64 we switch native detection off and turn on
 # each ISA extension the CPU reports, except AMX. The built wheel is kept in a cache
 # keyed by version, flags and interpreter, so it is built once per machine.
+#
+#   ./install.sh         the runtime: chat, generate, bench, ONNX Runtime backend
+#   ./install.sh --dev   also the export pipeline (torch, transformers, optimum) and the tests
 set -euo pipefail
+
+extras=""
+for arg in "$@"; do
+    case "$arg" in
+        --dev) extras="[test,export]" ;;
+        *) echo "usage: ./install.sh [--dev]" >&2; exit 2 ;;
+    esac
+done
 
 LLAMA_CPP_PYTHON_VERSION="0.3.36"
 PYTHON="${PYTHON:-python3}"
@@ -59,5 +70,11 @@ else
     "$PYTHON" -c 'import importlib.util, os, sys; s = importlib.util.find_spec("llama_cpp"); open(os.path.join(os.path.dirname(s.origin), ".edgespec-build"), "w").write(sys.argv[1])' "$key"
 fi
 
+if [ -n "$extras" ] && ! "$PYTHON" -c 'import torch' 2>/dev/null; then
+    # pinned: an unpinned torch resolves to a multi-GB CUDA build; 2.13.0 is the CPU
+    # build where a local wheel of it exists (as on the project's machines)
+    "$PYTHON" -m pip install "torch==2.13.0"
+fi
+
 # edgespec itself, with llama-cpp-python's own dependencies (the pin above is already met)
-"$PYTHON" -m pip install -e "$here[test]"
+"$PYTHON" -m pip install -e "$here$extras"

@@ -73,8 +73,8 @@ class Stream:
 class EdgeSpec:
     """A target model with a drafter, ready to generate.
 
-    `model` is a model-store name (fetched on first use), a path to a .gguf file,
-    or a ready Backend (for tests and other runtimes).
+    `model` is a model-store name (fetched on first use), a path to a .gguf file
+    (llama.cpp) or to an ONNX export folder (ONNX Runtime), or a ready Backend.
     """
 
     def __init__(
@@ -90,16 +90,19 @@ class EdgeSpec:
         if isinstance(model, Backend):
             self.backend = model
         else:
-            from .runtimes.llamacpp import LlamaCppBackend
+            from .runtimes import open_backend
             from .store import resolve
 
             path = resolve(model, fetch_missing=fetch, quiet=quiet)
-            self.backend = LlamaCppBackend(path, n_ctx=n_ctx, n_threads=threads)
+            self.backend = open_backend(path, n_ctx=n_ctx, threads=threads)
+        if getattr(self.backend, "vocab_map", None) is not None:
+            self.backend.close()
+            raise EdgespecError(f"{model} has a trimmed vocabulary (VocabTrim): it can draft, not be the target")
         self.model_name = model if isinstance(model, str) else self.backend.name
         self.tokenizer = self.backend.tokenizer
         controller = DraftController(max_k=max_draft)
         self.drafter_name = drafter
-        self.drafter = make_drafter(drafter, self.tokenizer.n_vocab, controller)
+        self.drafter = make_drafter(drafter, self.tokenizer.n_vocab, controller, self.tokenizer, n_ctx, threads)
         self.engine = Engine(self.backend, self.drafter, controller=controller)
         self._active: threading.Event | None = None
 

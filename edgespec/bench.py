@@ -63,6 +63,8 @@ class Run:
     overhead_ms: float = 0.0  # engine time per token outside the backend
     steps: int = 0
     position: list[tuple[int, int]] = field(default_factory=list)
+    drafter_steps: int = 0  # one-token evaluations of a model drafter, and their seconds
+    draft_s: float = 0.0
 
 
 def _timed(stream: Iterable[int]) -> tuple[list[int], float]:
@@ -116,23 +118,34 @@ class _Edgespec:
 
     def run(self, ids: list[int], max_tokens: int) -> Run:
         self.llm.reset()
+        d = self.llm.drafter
+        before = getattr(d, "steps", 0), getattr(d, "step_s", 0.0)
         toks, dt = _timed(self.llm.engine.generate(ids, max_tokens))
         st = self.llm.last_stats
         return Run(toks, dt, st.drafted, st.accepted, st.overhead_ms_per_token, st.steps,
-                   list(zip(st.position_tried, st.position_accepted)))
+                   list(zip(st.position_tried, st.position_accepted)), getattr(d, "steps", 0) - before[0], getattr(d, "step_s", 0.0) - before[1])
+
+
+def _label(drafter: str) -> str:
+    """A model drafter given as a path shows as its folder or file name."""
+    p = Path(drafter)
+    return p.name if len(p.parts) > 1 else drafter
 
 
 def run_bench(
     model: str, prompts: list[dict], drafters: list[str], max_tokens: int, ctx: int,
-    threads: int | None, max_draft: int, peer: bool, console: Console,
+    threads: int | None, max_draft: int, peer: bool, console: Console, onnx: str | None = None,
 ) -> list[dict]:
-    from .drafters import MODEL_FREE
+    """`onnx`: an ONNX export of the same model; its rows (`onnx:plain`, `onnx:<drafter>`)
+    run the same prompts on ONNX Runtime, side by side with llama.cpp's."""
+    from .drafters import check_drafter
     from .runtimes.llamacpp import default_threads
     from .store import resolve
 
     for d in drafters:
-        if d not in MODEL_FREE or d == "none":
-            raise EdgespecError(f"unknown bench drafter {d!r}; choose from: {', '.join(MODEL_FREE[1:])}")
+        if d == "none":
+            raise EdgespecError("plain decoding is always in the bench; 'none' is not a drafter")
+        check_drafter(d)
     threads = threads or default_threads()
     path = resolve(model)
     methods: dict[str, Callable[[list[int], int], Run]] = {}
@@ -144,7 +157,13 @@ def run_bench(
         if peer:
             methods[PEER] = _LlamaCppPython(path, ctx, threads, lookup=True, is_eog=eog).run
         for d, m in es.items():
-            methods[d] = m.run
+            methods[_label(d)] = m.run
+        if onnx is not None:
+            for d in ["none", *drafters]:
+                o = _Edgespec(resolve(onnx), d, ctx, threads, max_draft)
+                if o.llm.tokenizer.n_vocab != tmpl.tokenizer.n_vocab:
+                    raise EdgespecError(f"{onnx} has another vocabulary than {model}: export the same model")
+                methods[f"onnx:{'plain' if d == 'none' else d}"] = o.run
     encoded = [(p["category"], tmpl.chat_ids(p["messages"]) if "messages" in p else tmpl.tokenize(p["prompt"]))
                for p in prompts]
     too_long = [len(ids) for _, ids in encoded if len(ids) + max_tokens > ctx]
@@ -197,12 +216,14 @@ def run_bench(
                         pos.append([0, 0])
                     pos[i][0] += t
                     pos[i][1] += a
-            return toks, secs, drafted, acc, over, pos, sum(r.steps for r in rs)
+            dsteps = sum(r.drafter_steps for r in rs)
+            step_ms = 1000 * sum(r.draft_s for r in rs) / dsteps if dsteps else None
+            return toks, secs, drafted, acc, over, pos, sum(r.steps for r in rs), step_ms
 
         ptoks, psecs, *_ = agg(PLAIN)
         plain_tps = ptoks / psecs if psecs else 0.0
         for name in methods:
-            toks, secs, drafted, acc, over, pos, steps = agg(name)
+            toks, secs, drafted, acc, over, pos, steps, step_ms = agg(name)
             tps = toks / secs if secs else 0.0
             rows.append({
                 "drafter": name,
@@ -215,12 +236,14 @@ def run_bench(
                 "mean_accepted": round((steps + acc) / steps, 3) if steps else None,
                 "acceptance_by_position": [round(a / t, 3) if t else None for t, a in pos][:8],
                 "identical_to_plain": ("{}/{}".format(*identical[(name, cat)]) if name != PLAIN else None),
+                "drafter_step_ms": round(step_ms, 3) if step_ms is not None else None,
             })
     return rows
 
 
 def print_rows(rows: list[dict], console: Console) -> None:
     t = Table("category", "method", "tok/s", "x plain", "acceptance", "overhead ms/tok", "same as plain",
+              "drafter ms/step",
               title="edgespec bench (decode speed, prefill excluded; measured side by side in one run)")
     for r in rows:
         t.add_row(
@@ -229,5 +252,6 @@ def print_rows(rows: list[dict], console: Console) -> None:
             f"{r['acceptance_rate']:.0%}" if r["acceptance_rate"] is not None else "-",
             f"{r['overhead_ms_per_token']:.3f}" if r["overhead_ms_per_token"] is not None else "-",
             r["identical_to_plain"] or "-",
+            f"{r['drafter_step_ms']:.1f}" if r.get("drafter_step_ms") is not None else "-",
         )
     console.print(t)

@@ -1,4 +1,4 @@
-"""The `edgespec` command: chat, generate, bench, models."""
+"""The `edgespec` command: chat, generate, bench, export, models."""
 
 from __future__ import annotations
 
@@ -27,8 +27,10 @@ app.add_typer(models_app, name="models")
 out = Console()
 err = Console(stderr=True)
 
-ModelOpt = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Model-store name or path to a .gguf file.")
-DrafterOpt = typer.Option("auto", "--drafter", "-d", help="none, lookup, ngram, recycle or auto.")
+ModelOpt = typer.Option(DEFAULT_MODEL, "--model", "-m",
+                        help="Model-store name, a .gguf file, or an export folder (ONNX or GGUF).")
+DrafterOpt = typer.Option("auto", "--drafter", "-d",
+                          help="none, lookup, ngram, recycle, auto, or a drafter model of the same vocabulary.")
 CtxOpt = typer.Option(4096, "--ctx", help="Context size in tokens.")
 ThreadsOpt = typer.Option(None, "--threads", "-t", help="CPU threads (default: physical cores).")
 MaxDraftOpt = typer.Option(16, "--max-draft", help="Upper bound on draft tokens per step.")
@@ -57,11 +59,10 @@ def user_errors(fn: Callable) -> Callable:
 
 def _load(model: str, drafter: str, ctx: int, threads: Optional[int], max_draft: int):
     from .api import EdgeSpec
-    from .controller import DraftController
-    from .drafters import make_drafter
+    from .drafters import check_drafter
     from .store import resolve
 
-    make_drafter(drafter, 1, DraftController())  # reject an unknown drafter before loading anything
+    check_drafter(drafter)  # reject an unknown drafter before loading the target
     path = resolve(model)  # fetches with a progress bar on first use
     with err.status(f"loading {model}…") as status:
         llm = EdgeSpec(str(path), drafter=drafter, n_ctx=ctx, threads=threads, max_draft=max_draft)
@@ -201,19 +202,60 @@ def bench(
     max_draft: int = MaxDraftOpt,
     peer: bool = typer.Option(True, "--peer/--no-peer", help="Include llama-cpp-python's own prompt lookup."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N prompts of each category."),
+    onnx: Optional[str] = typer.Option(None, "--onnx", help="An ONNX export of the same model: also run it on ONNX Runtime."),
 ) -> None:
     """Plain llama.cpp, its prompt lookup and edgespec's drafters, side by side in one run.
 
     Example: edgespec bench -m qwen2.5-coder-1.5b --drafters lookup,auto -n 256 --json bench.json
+    (add --onnx FOLDER to run an `edgespec export` of the model on ONNX Runtime beside llama.cpp)
     """
     from .bench import load_prompts, print_rows, run_bench
 
     names = [d.strip() for d in drafters.split(",") if d.strip()]
-    rows = run_bench(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft, peer, err)
+    rows = run_bench(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft, peer, err,
+                     onnx=onnx)
     print_rows(rows, out)
     if json_path:
         json_path.write_text(json.dumps(rows, indent=2))
         err.print(f"[dim]wrote {json_path}[/]")
+
+
+@app.command()
+@user_errors
+def export(
+    source: str = typer.Argument(..., help="Hugging Face checkpoint folder, .gguf file, or model-store name."),
+    to: str = typer.Option(..., "--to", help="onnx or gguf."),
+    output: Path = typer.Option(..., "--output", "-o", help="Folder to create for the exported model."),
+    quant: Optional[str] = typer.Option(
+        None, "--quant", "-q", help="onnx: fp32 (default), int8, int8-dynamic, int4 (= int4-b32), int4-b128; gguf: f16 (default), q8_0, q4_k_m."),
+    trim_vocab: Optional[int] = typer.Option(None, "--trim-vocab", help="VocabTrim: keep the K most used tokens in the LM head."),
+    calib: list[Path] = typer.Option([], "--calib", help="Text file(s) whose tokens the target uses (default: its own generations)."),
+    validate: bool = typer.Option(True, "--validate/--no-validate", help="Compare with the source on a fixed text."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing output folder."),
+    threads: Optional[int] = ThreadsOpt,
+    json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+) -> None:
+    """Export a model to ONNX or GGUF, quantized, optionally with a trimmed vocabulary.
+
+    Example: edgespec export smollm2-135m --to onnx -q int4 -o smollm2-int4
+    """
+    from .export.pipeline import ExportPlan, run_export
+
+    plan = ExportPlan(source, to, output, quant, trim_vocab, calib, force, threads, validate)
+    try:
+        manifest = run_export(plan, quiet=json_out)
+    except ImportError as e:
+        _fail(f"export needs the export extras ({e.name} is missing): pip install 'edgespec[export]'")
+    if json_out:
+        out.print_json(json.dumps(manifest))
+        return
+    v = manifest.get("validation") or {}
+    out.print(f"wrote {output}: {manifest['format']} {manifest['quantization']}, "
+              f"{manifest['size_bytes'] / 1e6:.0f} MB, {manifest['parameters'] / 1e6:.0f}M parameters")
+    if v:
+        out.print(f"vs source on {v['tokens']} tokens: top-1 agreement {v['top1_agreement']:.1%}, "
+                  f"max |Δlogit| {v['max_abs_dlogit']:.3f}, perplexity {v['perplexity_export']:.2f} "
+                  f"(source {v['perplexity_source']:.2f}, x{v['perplexity_ratio']:.3f})")
 
 
 @models_app.command("list")

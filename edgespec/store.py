@@ -125,7 +125,7 @@ def spec(name: str) -> ModelSpec:
     try:
         return MODELS[name]
     except KeyError:
-        raise ModelError(f"unknown model {name!r}; known: {', '.join(MODELS)} (or give a path to a .gguf file)") from None
+        raise ModelError(f"unknown model {name!r}; known: {', '.join(MODELS)} (or give a path to a .gguf file or an ONNX export folder)") from None
 
 
 def cached_path(name: str) -> Path:
@@ -223,7 +223,7 @@ def verify(name: str) -> Path:
 
 
 def resolve(model: str, fetch_missing: bool = True, quiet: bool = False) -> Path:
-    """A model name or a .gguf path -> a verified local file.
+    """A model name, a .gguf path or an ONNX export -> a verified local path.
 
     Store models are checked cheaply against the stamp written at their last full
     verification (size and mtime); local files get a structural GGUF check, whose
@@ -241,10 +241,16 @@ def resolve(model: str, fetch_missing: bool = True, quiet: bool = False) -> Path
     p = Path(model).expanduser()
     if not p.exists():
         if p.suffix.lower() != ".gguf" and os.sep not in model:
-            raise ModelError(f"unknown model {model!r}; known: {', '.join(MODELS)} (or give a path to a .gguf file)")
+            raise ModelError(f"unknown model {model!r}; known: {', '.join(MODELS)} (or give a path to a .gguf file or an ONNX export folder)")
         raise ModelError(f"model file not found: {p}")
     if p.is_dir():
-        raise ModelError(f"{p} is a folder; give a .gguf file")
+        from .runtimes import model_file
+
+        p = model_file(p)  # an export folder: its model.onnx or .gguf
+        if p.suffix.lower() == ".onnx":
+            return p.parent
+    if p.suffix.lower() == ".onnx":
+        return p
     key_file = _local_stamp(p)
     if key_file.is_file():
         try:

@@ -1,1 +1,35 @@
-"""runtimes"""
+"""Backends: llama.cpp (GGUF), ONNX Runtime (ONNX exports), and the numpy reference."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..backend import Backend
+from ..errors import ModelError
+
+
+def model_file(path: str | os.PathLike) -> Path:
+    """The file a backend loads: the path itself, or the model inside an export folder."""
+    p = Path(path)
+    if not p.is_dir():
+        return p
+    for name in ("model.onnx", "model.gguf"):
+        if (p / name).is_file():
+            return p / name
+    ggufs = sorted(p.glob("*.gguf"))
+    if len(ggufs) == 1:
+        return ggufs[0]
+    raise ModelError(f"{p} holds no model.onnx or single .gguf file")
+
+
+def open_backend(path: str | os.PathLike, n_ctx: int = 4096, threads: int | None = None) -> Backend:
+    """The backend that runs this model: ONNX exports on ONNX Runtime, GGUF on llama.cpp."""
+    f = model_file(path)
+    if f.suffix.lower() == ".onnx":
+        from .onnxruntime import OnnxBackend
+
+        return OnnxBackend(f, n_ctx=n_ctx, n_threads=threads)
+    from .llamacpp import LlamaCppBackend
+
+    return LlamaCppBackend(f, n_ctx=n_ctx, n_threads=threads)

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..backend import Backend, Tokenizer
 from ..errors import ContextOverflowError, ModelError
+from ..export.vocabtrim import read_vocab_map
 
 import llama_cpp as ll
 
@@ -160,6 +161,7 @@ class LlamaCppBackend(Backend):
         self.n_head = ll.llama_model_n_head(self._model)
         self.n_head_kv = ll.llama_model_n_head_kv(self._model)
         self.n_embd = ll.llama_model_n_embd(self._model)
+        self.vocab_map, self.inputs_trimmed = read_vocab_map(self.path)  # a VocabTrim'd drafter
 
     # -- Backend --------------------------------------------------------------
 

@@ -14,7 +14,8 @@ both re-scores (the batched kernel flipped the top two), and is counted and
 printed. A real bug (wrong KV state, a wrong token accepted) shows an arbitrary
 token and a large gap.
 
-CI runs it on SmolLM2-135M. For another model of the store:
+CI runs it on SmolLM2-135M, on llama.cpp and on ONNX Runtime (the GGUF
+exported to ONNX fp32 by `edgespec export` first). For another model of the store:
     EDGESPEC_LOSSLESS_MODEL=qwen2.5-coder-0.5b python3 -m pytest -q -s tests/test_real_lossless.py
 """
 
@@ -39,10 +40,19 @@ MODEL = os.environ.get("EDGESPEC_LOSSLESS_MODEL", "smollm2-135m")
 
 
 @pytest.fixture(scope="module")
-def backend():
+def backend(request, tmp_path_factory):
     from edgespec.store import resolve
 
-    b = LlamaCppBackend(resolve(MODEL, quiet=True), n_ctx=1024, n_threads=2)
+    if request.param == "llama.cpp":
+        b = LlamaCppBackend(resolve(MODEL, quiet=True), n_ctx=1024, n_threads=2)
+    else:
+        pytest.importorskip("optimum.exporters.onnx", reason="export extras not installed")
+        from edgespec.export.pipeline import ExportPlan, run_export
+        from edgespec.runtimes.onnxruntime import OnnxBackend
+
+        out = tmp_path_factory.mktemp("onnx") / MODEL
+        run_export(ExportPlan(MODEL, "onnx", out, "fp32", validate=False), quiet=True)
+        b = OnnxBackend(out / "model.onnx", n_ctx=1024, n_threads=2)
     yield b
     b.close()
 
@@ -84,7 +94,12 @@ def rescore_gaps(backend, prompt, common, a, b):
     return sequential, one_batch, top2_seq and top2_one
 
 
-@pytest.mark.parametrize("drafter", ["lookup", "ngram", "recycle", "auto"])
+# ONNX Runtime (fp32) decodes SmolLM2 several times slower than llama.cpp: there CI checks
+# lookup and auto (which runs lookup, ngram and recycle), to keep the run within its budget
+CASES = [("llama.cpp", d) for d in ("lookup", "ngram", "recycle", "auto")] + [("onnxruntime", d) for d in ("lookup", "auto")]
+
+
+@pytest.mark.parametrize("backend,drafter", CASES, indirect=["backend"])
 def test_speculation_matches_plain_greedy_up_to_near_ties(backend, prompt_ids, plain, drafter, capsys):
     controller = always_draft(max_k=8)  # verify every proposal: as many batched evaluations as possible
     engine = Engine(backend, make_drafter(drafter, backend.n_vocab, controller), controller=controller,
@@ -109,7 +124,7 @@ def test_speculation_matches_plain_greedy_up_to_near_ties(backend, prompt_ids, p
         gaps.append(rescore_gaps(backend, ids, expected[:j], alt, ref))
     wide = [g for g in gaps if min(g[0], g[1]) >= NEAR_TIE]
     with capsys.disabled():
-        print(f"\n[{MODEL} {drafter}] identical to plain greedy: {identical}/{len(plain)}; "
+        print(f"\n[{MODEL} {backend.name} {drafter}] identical to plain greedy: {identical}/{len(plain)}; "
               f"divergence gaps (plain's own, one batch): {[(round(a, 3), round(b, 3)) for a, b, _ in gaps]}; "
               f"top-two flips with a gap of 0.3-0.5: {len(wide)}; acceptance {accepted}/{drafted}")
     assert accepted > 0, "no draft was ever accepted: the test exercised nothing"

@@ -1,0 +1,105 @@
+"""A small model of the target's vocabulary drafts greedily on its own KV cache.
+
+As in llama.cpp's speculative example: the drafter's cache follows the accepted
+history (rolled back to the common prefix each step), and drafting stops early
+when its top token's probability falls below `p_min`, because an unsure draft
+token is likely rejected and every drafted token costs a drafter step.
+
+VocabTrim'd drafters (see export/vocabtrim.py) return logits for K kept tokens:
+`backend.vocab_map[row]` is the target id of logits row `row`; a GGUF drafter
+trimmed that way also takes trimmed ids as input, so target ids are mapped in.
+Drafts are deterministic (the argmax), so rejection sampling stays exact
+whatever the drafter's distribution.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from ..backend import Backend
+from ..sequence import common_prefix
+from .base import EMPTY, Draft, Drafter
+
+
+class ModelDrafter(Drafter):
+    name = "model"
+
+    def __init__(self, backend: Backend, max_draft: int = 8, p_min: float = 0.5) -> None:
+        self.backend = backend
+        self.max_draft = max_draft
+        self.p_min = p_min
+        self.vocab_map: np.ndarray | None = getattr(backend, "vocab_map", None)
+        self._to_input: np.ndarray | None = None
+        if self.vocab_map is not None and getattr(backend, "inputs_trimmed", False):
+            # target id -> drafter input id; tokens outside the kept set become the
+            # least frequent kept token: the drafter guesses worse there, the target
+            # still verifies, so output is unchanged
+            table = np.full(int(self.vocab_map.max()) + 1, len(self.vocab_map) - 1, dtype=np.int64)
+            table[self.vocab_map] = np.arange(len(self.vocab_map))
+            self._to_input = table
+        self._cached: list[int] = []  # target ids whose KV the drafter holds
+        self.steps = 0  # one-token drafter evaluations, and their time: the drafter's step latency
+        self.step_s = 0.0
+
+    @property
+    def target_vocab(self) -> int:
+        """How many target ids the drafter can name (its full vocabulary, before trimming)."""
+        if self.vocab_map is not None:
+            return int(self.vocab_map.max()) + 1
+        return self.backend.n_vocab
+
+    def _inputs(self, ids: Sequence[int]) -> list[int]:
+        if self._to_input is None:
+            return list(ids)
+        t = self._to_input
+        return [int(t[i]) if i < len(t) else len(self.vocab_map) - 1 for i in ids]
+
+    def _eval(self, ids: Sequence[int]) -> np.ndarray:
+        if len(ids) != 1:
+            return self.backend.eval(self._inputs(ids), n_logits=1)[0]
+        t0 = time.perf_counter()
+        out = self.backend.eval(self._inputs(ids), n_logits=1)[0]
+        self.steps += 1
+        self.step_s += time.perf_counter() - t0
+        return out
+
+    def begin(self, history: Sequence[int]) -> None:
+        keep = common_prefix(self._cached, history[:-1])
+        self.backend.rollback(keep)
+        self._cached = self._cached[:keep]
+        if len(history) - 1 > keep:  # prefill the prompt now, so the first step pays only for drafting
+            self._eval(history[keep:-1])
+            self._cached = list(history[:-1])
+
+    def propose(self, history: Sequence[int], k: int) -> Draft:
+        k = min(k, self.max_draft)
+        if k <= 0 or len(history) + k > self.backend.n_ctx:
+            return EMPTY
+        keep = min(common_prefix(self._cached, history), len(history) - 1)  # the last token must be fed
+        self.backend.rollback(keep)
+        logits = self._eval(history[keep:])
+        self._cached = list(history)
+        draft: list[int] = []
+        while True:
+            row = int(np.argmax(logits))
+            top = float(logits[row])
+            p = 1.0 / float(np.exp(logits - top).sum())
+            if p < self.p_min:
+                break
+            tok = int(self.vocab_map[row]) if self.vocab_map is not None else row
+            draft.append(tok)
+            if len(draft) >= k:
+                break
+            logits = self._eval([tok])
+            self._cached.append(tok)
+        return Draft(draft, key="model") if draft else EMPTY
+
+    def reset(self) -> None:
+        self.backend.rollback(0)
+        self._cached = []
+
+    def memory(self) -> int:
+        return sum(self.backend.memory().values())

@@ -1,0 +1,207 @@
+"""`edgespec export`: source -> checkpoint -> (VocabTrim) -> ONNX or GGUF ->
+quantized -> validated, with a manifest. Work happens in a scratch folder beside the
+output, renamed into place only when everything succeeded, so an interrupted or
+failed export never leaves a half-written model where a model is expected."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from .gguf_writer import GGUF_QUANTS, quantize_gguf, write_gguf
+from .onnx_export import ONNX_QUANTS, export_onnx, quantize_onnx
+from .source import ExportError, Source, load_model, open_source, stage_checkpoint
+
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class ExportPlan:
+    source: str
+    to: str  # "onnx" or "gguf"
+    out: Path
+    quant: str | None = None
+    trim_vocab: int | None = None
+    calib: Sequence[Path] = ()
+    force: bool = False
+    threads: int | None = None
+    validate: bool = True
+
+    def check(self) -> None:
+        """Everything that can be refused before loading a model."""
+        if self.to not in ("onnx", "gguf"):
+            raise ExportError(f"--to must be onnx or gguf, not {self.to!r}")
+        quants = ONNX_QUANTS if self.to == "onnx" else GGUF_QUANTS
+        self.quant = self.quant or quants[0]
+        if self.quant not in quants:
+            raise ExportError(f"--quant {self.quant} does not apply to {self.to}; choose one of: {', '.join(quants)}")
+        if self.trim_vocab is not None and self.trim_vocab < 1:
+            raise ExportError(f"--trim-vocab must be a positive number of tokens, not {self.trim_vocab}")
+        for c in self.calib:
+            if not Path(c).is_file():
+                raise ExportError(f"calibration file not found: {c}")
+        out = Path(self.out)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())) and not self.force:
+            raise ExportError(f"{out} already exists; choose another output or pass --force")
+        parent = out.resolve().parent
+        if not parent.is_dir():
+            raise ExportError(f"cannot write {out}: folder {parent} does not exist")
+        if not os.access(parent, os.W_OK):
+            raise ExportError(f"cannot write {out}: folder {parent} is not writable")
+
+
+@dataclass
+class Stages:
+    """Per-stage progress on the console (rich), with timings kept for the manifest."""
+
+    quiet: bool = False
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        from rich.console import Console
+
+        console = Console(stderr=True)
+        t0 = time.perf_counter()
+        if self.quiet:
+            yield
+        else:
+            with console.status(f"{name}…"):
+                yield
+        dt = self.seconds[name] = time.perf_counter() - t0
+        if not self.quiet:
+            console.print(f"[green]✓[/] {name} [dim]({dt:.1f} s)[/]")
+
+
+def source_sha256(source: Source) -> str:
+    """sha256 of a GGUF file; for a checkpoint, of its weight files' digests in name order."""
+    from ..store import sha256_file
+
+    if source.kind == "gguf":
+        return sha256_file(source.path)
+    files = sorted([*source.path.glob("*.safetensors"), *source.path.glob("*.bin")])
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0" + sha256_file(f).encode())
+    return h.hexdigest()
+
+
+@dataclass
+class Loaded:
+    """A source loaded once in transformers, reusable for several exports."""
+
+    source: Source
+    sha256: str
+    model: object
+    tokenizer: object
+    checkpoint: Path
+    scratch: Path
+
+    def close(self) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def load_source(src: str, near: Path, stages: Stages) -> Loaded:
+    with stages.stage("checking the source"):
+        source = open_source(src)
+        digest = source_sha256(source)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{near.name}.partial-", dir=near.resolve().parent))
+    try:
+        with stages.stage("loading the source in transformers"):
+            model, tok = load_model(source)
+            checkpoint = stage_checkpoint(source, model, tok, scratch)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    return Loaded(source, digest, model, tok, checkpoint, scratch)
+
+
+def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = None) -> dict:
+    """Run the plan; returns the manifest written beside the model.
+
+    `loaded` reuses a source already in memory (several formats from one source).
+    """
+    plan.check()
+    stages = Stages(quiet)
+    out = Path(plan.out)
+    own = loaded is None
+    if own:
+        loaded = load_source(plan.source, out, stages)
+    source, model, tok, checkpoint = loaded.source, loaded.model, loaded.tokenizer, loaded.checkpoint
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.resolve().parent))
+    try:
+        result = scratch / "result"
+        result.mkdir()
+        keep, trim = None, None
+        if plan.trim_vocab is not None:
+            from .vocabtrim import plan_trim, write_vocab_map
+
+            with stages.stage(f"counting token use for VocabTrim (K = {plan.trim_vocab})"):
+                keep, trim = plan_trim(model, tok, plan.trim_vocab, plan.calib)
+            trim.update(ids=keep.tolist(), inputs_trimmed=plan.to == "gguf", vocab_size=int(model.config.vocab_size))
+            write_vocab_map(result, keep, inputs_trimmed=plan.to == "gguf")
+        if plan.to == "onnx":
+            fp32 = scratch / "fp32" if plan.quant != "fp32" else result
+            with stages.stage("exporting ONNX (optimum, with KV cache)"):
+                export_onnx(checkpoint, fp32)
+            if keep is not None:
+                from .vocabtrim import trim_onnx
+
+                with stages.stage(f"trimming the LM head to {len(keep)} rows"):
+                    trim_onnx(fp32 / "model.onnx", keep)
+            if plan.quant != "fp32":
+                with stages.stage(f"quantizing ONNX to {plan.quant}"):
+                    quantize_onnx(fp32, result, plan.quant)
+            model_file = result / "model.onnx"
+        else:
+            f16 = result / "model.gguf" if plan.quant == "f16" else scratch / "model-f16.gguf"
+            with stages.stage("writing GGUF f16"):
+                write_gguf(model, checkpoint, f16, tokenizer_gguf=source.path if source.kind == "gguf" else None,
+                           keep=keep)
+            if plan.quant != "f16":
+                with stages.stage(f"quantizing GGUF to {plan.quant} (llama.cpp)"):
+                    quantize_gguf(f16, result / "model.gguf", plan.quant, plan.threads)
+            model_file = result / "model.gguf"
+        validation = None
+        if plan.validate:
+            from .validate import compare, export_logits, source_logits, validation_text
+
+            with stages.stage("validating against the source"):
+                ids = tok(validation_text(), add_special_tokens=False)["input_ids"]
+                ids = ids[: min(512, model.config.max_position_embeddings - 16)]
+                validation = compare(source_logits(model, ids), export_logits(result, ids, plan.threads, trim), ids,
+                                     trim)
+        manifest = {
+            "source": str(source.path.resolve()),
+            "source_kind": source.kind,
+            "source_sha256": loaded.sha256,
+            "architecture": source.arch,
+            "format": plan.to,
+            "quantization": plan.quant,
+            "model_file": model_file.name,
+            "vocab_size": int(model.config.vocab_size),
+            "trim_k": plan.trim_vocab,
+            "trim": {k: v for k, v in trim.items() if k != "ids"} if trim else None,
+            "parameters": int(sum(p.numel() for p in model.parameters())),
+            "size_bytes": sum(p.stat().st_size for p in result.rglob("*") if p.is_file()),
+            "validation": validation,
+            "stage_seconds": stages.seconds,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        (result / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        if out.exists():
+            shutil.rmtree(out) if out.is_dir() else out.unlink()
+        os.replace(result, out)
+        return manifest
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if own:
+            loaded.close()

@@ -1,0 +1,149 @@
+"""VocabTrim: a drafter's LM head cut to the K tokens the target uses most.
+
+A drafter spends a large share of each step on its LM head (Qwen2.5's 151,936
+rows are a quarter of the 0.5B model's weights). Tokens the target almost never
+produces are not worth drafting, so only the K most frequent rows are kept, with
+the id map back to the full vocabulary in `vocab_map.json` beside the model.
+Speculation stays lossless: the target verifies every drafted token.
+
+Frequencies come from running the model over calibration text: each text token
+and each of the model's own next-token predictions (teacher-forced, one forward
+pass per chunk) counts once. Control tokens are always kept.
+
+- ONNX: only the LM head MatMul's weight is sliced; the input embedding keeps
+  the full vocabulary (as in the VocabTrim paper).
+- GGUF: llama.cpp requires the LM head and the vocabulary to agree, so the
+  token embedding and the vocabulary are cut to the same K tokens; the drafter's
+  inputs are mapped to kept ids (a token outside them becomes the least frequent
+  kept one: the drafter guesses worse after it, the target still decides).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .source import ExportError
+
+VOCAB_MAP = "vocab_map.json"
+
+
+def default_calibration() -> list[str]:
+    """The shipped bench prompts and validation text: code, prose and chat."""
+    root = resources.files("edgespec").joinpath("data")
+    texts = [root.joinpath("validation.txt").read_text(encoding="utf-8")]
+    for line in root.joinpath("bench_prompts.jsonl").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            texts.append(row.get("prompt") or "\n".join(m["content"] for m in row["messages"]))
+    return texts
+
+
+def token_counts(model, tok, texts: Sequence[str], chunk: int = 512) -> np.ndarray:
+    import torch
+
+    counts = np.zeros(model.config.vocab_size, dtype=np.int64)
+    for text in texts:
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        for s in range(0, len(ids), chunk):
+            part = ids[s : s + chunk]
+            np.add.at(counts, part, 1)
+            with torch.no_grad():
+                pred = model(torch.tensor([part]), use_cache=False).logits[0].argmax(-1).numpy()
+            np.add.at(counts, pred, 1)
+    return counts
+
+
+def choose_keep(counts: np.ndarray, k: int, always: Sequence[int]) -> np.ndarray:
+    """The K ids to keep, most frequent first (ties by id), `always` included."""
+    n = len(counts)
+    if k > n:
+        raise ExportError(f"--trim-vocab {k} is larger than the vocabulary ({n} tokens)")
+    always = [i for i in dict.fromkeys(always) if 0 <= i < n]
+    if k < len(always):
+        raise ExportError(f"--trim-vocab {k} cannot even hold the {len(always)} control tokens")
+    order = np.lexsort((np.arange(n), -counts))
+    rest = [int(i) for i in order if int(i) not in set(always)][: k - len(always)]
+    return np.asarray(always + rest, dtype=np.int64)
+
+
+def plan_trim(model, tok, k: int, calib: Sequence[Path]) -> tuple[np.ndarray, dict]:
+    texts = [Path(p).read_text(encoding="utf-8", errors="replace") for p in calib] or default_calibration()
+    counts = token_counts(model, tok, texts)
+    always = sorted(set(tok.all_special_ids))
+    keep = choose_keep(counts, k, always)
+    info = {
+        "k": int(k),
+        "calibration": [str(p) for p in calib] or "shipped prompts",
+        "coverage": float(counts[keep].sum() / max(1, counts.sum())),  # share of counted tokens kept
+    }
+    return keep, info
+
+
+def write_vocab_map(folder: Path, keep: np.ndarray, inputs_trimmed: bool) -> None:
+    (folder / VOCAB_MAP).write_text(json.dumps({"ids": keep.tolist(), "inputs_trimmed": inputs_trimmed}))
+
+
+def read_vocab_map(model_path: Path) -> tuple[np.ndarray | None, bool]:
+    """(ids, inputs_trimmed) of a VocabTrim'd model: logits row i is token ids[i];
+    (None, False) for a model with its full vocabulary."""
+    path = Path(model_path).parent / VOCAB_MAP
+    if not path.is_file():
+        return None, False
+    data = json.loads(path.read_text())
+    return np.asarray(data["ids"], dtype=np.int64), bool(data.get("inputs_trimmed"))
+
+
+def trim_onnx(model_path: Path, keep: np.ndarray) -> None:
+    """Slice the weight of the MatMul that produces `logits` to the kept columns."""
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(str(model_path))
+    g = m.graph
+    producer = {o: n for n in g.node for o in n.output}
+    head = producer.get("logits")
+    if head is None or head.op_type != "MatMul":
+        raise ExportError(f"{model_path}: no MatMul produces the logits; cannot trim its LM head")
+    inits = {i.name: i for i in g.initializer}
+    w_name = head.input[1]
+    if w_name in inits:  # untied: W is [hidden, vocab]
+        w = numpy_helper.to_array(inits[w_name])[:, keep]
+    elif w_name in producer and producer[w_name].op_type == "Transpose" and producer[w_name].input[0] in inits:
+        w = numpy_helper.to_array(inits[producer[w_name].input[0]])[keep].T  # tied: Transpose(embedding)
+    else:
+        raise ExportError(f"{model_path}: the LM head weight is not a constant; cannot trim it")
+    new = numpy_helper.from_array(np.ascontiguousarray(w), "lm_head.weight_trimmed")
+    g.initializer.append(new)
+    head.input[1] = new.name
+    if w_name in inits and not any(w_name in n.input for n in g.node):
+        g.initializer.remove(inits[w_name])
+    for out in g.output:
+        if out.name == "logits":
+            out.type.tensor_type.shape.dim[-1].dim_value = len(keep)
+    big = sum(i.ByteSize() for i in g.initializer) > 1.8e9
+    data = model_path.with_name(model_path.name + "_data")
+    if data.exists():
+        data.unlink()  # rewritten below; stale tensors would otherwise stay in it
+    onnx.save(m, str(model_path), save_as_external_data=big, location=data.name if big else None)
+
+
+def to_trimmed(ids: Sequence[int], trim: dict) -> list[int]:
+    """Target ids -> the trimmed model's input ids (GGUF trims inputs, ONNX does not)."""
+    if not trim.get("inputs_trimmed"):
+        return list(ids)
+    keep = trim["ids"]
+    pos = {int(t): i for i, t in enumerate(keep)}
+    return [pos.get(int(t), len(keep) - 1) for t in ids]
+
+
+def expand_logits(logits: np.ndarray, trim: dict) -> np.ndarray:
+    """[n, K] trimmed logits -> [n, V] with the dropped tokens far below every kept one."""
+    keep = np.asarray(trim["ids"])
+    out = np.full((logits.shape[0], trim["vocab_size"]), -1e4, dtype=np.float32)
+    out[:, keep] = logits
+    return out

@@ -1,0 +1,154 @@
+"""The ONNX Runtime backend: a decoder exported with its KV cache (optimum's
+`text-generation-with-past` layout) that returns logits for every input position.
+
+The KV cache lives in numpy arrays between runs. Rolling back is slicing them;
+evaluating k draft tokens is one run with a k-token `input_ids`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..backend import Backend
+from ..errors import ContextOverflowError, ModelError
+from ..export.vocabtrim import read_vocab_map
+from .hf_tokenizer import HFTokenizer
+
+_NP_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
+             "tensor(int32)": np.int32}
+
+
+class OnnxBackend(Backend):
+    """One sequence on an ONNX Runtime session; CPU unless other providers are given."""
+
+    name = "onnxruntime"
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        providers: Sequence[str | tuple[str, dict]] | None = None,
+    ) -> None:
+        import onnxruntime as ort
+
+        from .llamacpp import default_threads
+
+        self.path = Path(model_path)
+        if not self.path.is_file():
+            raise ModelError(f"no such ONNX model: {self.path}")
+        folder = self.path.parent
+        self.tokenizer = HFTokenizer(folder)
+        self.n_threads = n_threads or default_threads()
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = self.n_threads
+        so.inter_op_num_threads = 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        try:
+            self._sess = ort.InferenceSession(str(self.path), so, providers=list(providers or ["CPUExecutionProvider"]))
+        except Exception as e:  # onnxruntime raises its own untyped errors for bad graphs
+            raise ModelError(f"ONNX Runtime could not load {self.path}: {str(e).splitlines()[0]}") from None
+        self.providers = self._sess.get_providers()
+        inputs = {i.name: i for i in self._sess.get_inputs()}
+        self._past_names = sorted((n for n in inputs if n.startswith("past_key_values.")), key=_layer_order)
+        self._present_names = ["present." + n[len("past_key_values."):] for n in self._past_names]
+        if "input_ids" not in inputs or not self._past_names:
+            raise ModelError(f"{self.path} is not a decoder with a KV cache (export with text-generation-with-past)")
+        self._has_pos = "position_ids" in inputs
+        self._has_mask = "attention_mask" in inputs
+        self._cache_branch = "use_cache_branch" in inputs
+        first = inputs[self._past_names[0]]
+        self._kv_dtype = _NP_TYPES.get(first.type, np.float32)
+        cfg_path = folder / "config.json"
+        cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+        self.n_head_kv = _static(first.shape[1]) or cfg.get("num_key_value_heads") or cfg.get("num_attention_heads")
+        self.head_dim = _static(first.shape[3]) or (cfg["hidden_size"] // cfg["num_attention_heads"])
+        self.n_layer = len(self._past_names) // 2
+        n_ctx_train = int(cfg.get("max_position_embeddings") or n_ctx)
+        self.n_ctx = min(n_ctx, n_ctx_train)
+        self.vocab_map, self.inputs_trimmed = read_vocab_map(self.path)  # a VocabTrim'd drafter
+        self._reset_kv()
+        self._max_outputs = 1
+
+    def _reset_kv(self) -> None:
+        shape = (1, self.n_head_kv, 0, self.head_dim)
+        self._kv = [np.zeros(shape, self._kv_dtype) for _ in self._past_names]
+        self._n_past = 0
+
+    @property
+    def n_past(self) -> int:
+        return self._n_past
+
+    @property
+    def n_vocab(self) -> int:
+        return self.tokenizer.n_vocab
+
+    def eval(self, ids: Sequence[int], n_logits: int | None = None) -> np.ndarray:
+        n = len(ids)
+        if n == 0:
+            raise ValueError("eval needs at least one token")
+        if self._n_past + n > self.n_ctx:
+            raise ContextOverflowError(f"context full: {self._n_past} + {n} tokens exceed the context of {self.n_ctx}")
+        n_logits = n if n_logits is None else n_logits
+        feed: dict[str, np.ndarray] = {"input_ids": np.asarray([ids], dtype=np.int64)}
+        if self._has_mask:
+            feed["attention_mask"] = np.ones((1, self._n_past + n), dtype=np.int64)
+        if self._has_pos:
+            feed["position_ids"] = np.arange(self._n_past, self._n_past + n, dtype=np.int64)[None]
+        if self._cache_branch:
+            feed["use_cache_branch"] = np.array([self._n_past > 0])
+        feed.update(zip(self._past_names, self._kv))
+        outs = self._sess.run(["logits", *self._present_names], feed)
+        self._kv = outs[1:]
+        self._n_past += n
+        self._max_outputs = max(self._max_outputs, n)
+        logits = outs[0][0, n - n_logits :]
+        return logits if logits.dtype == np.float32 else logits.astype(np.float32)
+
+    def rollback(self, n_past: int) -> None:
+        if n_past < 0 or n_past > self._n_past:
+            raise ValueError(f"cannot roll back to {n_past}: the cache holds {self._n_past} tokens")
+        if n_past < self._n_past:
+            # ONNX Runtime needs contiguous inputs: copy the kept prefix once here
+            self._kv = [np.ascontiguousarray(kv[:, :, :n_past]) for kv in self._kv]
+            self._n_past = n_past
+
+    def kv_bytes_per_token(self) -> int:
+        return 2 * self.n_layer * self.n_head_kv * self.head_dim * np.dtype(self._kv_dtype).itemsize
+
+    def memory(self) -> dict[str, int]:
+        weights = self.path.stat().st_size
+        data = self.path.with_name(self.path.name + "_data")
+        if data.is_file():
+            weights += data.stat().st_size
+        return {
+            "weights": weights,
+            "kv_cache": self.kv_bytes_per_token() * self._n_past,
+            "logits": self._max_outputs * self.n_vocab * 4,
+        }
+
+    def cost_key(self) -> str:
+        import onnxruntime as ort
+
+        st = self.path.stat()
+        return "|".join(map(str, ["onnx", self.path.resolve(), st.st_size, st.st_mtime_ns, self.n_threads,
+                                  ",".join(self.providers), ort.__version__, platform.processor(), platform.node()]))
+
+    def close(self) -> None:
+        self._sess = None
+        self._kv = []
+
+
+def _layer_order(name: str) -> tuple[int, str]:
+    parts = name.split(".")
+    return (int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else 0, parts[-1])
+
+
+def _static(dim: object) -> int | None:
+    return dim if isinstance(dim, int) and dim > 0 else None

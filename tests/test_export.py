@@ -1,0 +1,139 @@
+"""`edgespec export`: a tiny checkpoint built here goes to ONNX and GGUF, each
+export validates itself against its source, loads in its runtime and generates."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("optimum.exporters.onnx", reason="export extras not installed")
+
+from edgespec.export.pipeline import ExportPlan, run_export  # noqa: E402
+from edgespec.export.source import ExportError  # noqa: E402
+from tiny_hf import build  # noqa: E402
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def checkpoint(request, tmp_path_factory):
+    return build(tmp_path_factory.mktemp(request.param) / "ckpt", request.param)
+
+
+def export(checkpoint, tmp_path, to, quant):
+    return run_export(ExportPlan(str(checkpoint), to, tmp_path / f"{to}-{quant}", quant), quiet=True)
+
+
+def test_onnx_fp32_matches_its_source_and_generates(checkpoint, tmp_path):
+    from edgespec.api import EdgeSpec
+
+    m = export(checkpoint, tmp_path, "onnx", "fp32")
+    v = m["validation"]
+    assert v["top1_agreement"] == 1.0 and v["max_abs_dlogit"] < 1e-3
+    assert m["parameters"] > 0 and m["size_bytes"] > 0 and len(m["source_sha256"]) == 64
+    saved = json.loads((tmp_path / "onnx-fp32" / "manifest.json").read_text())
+    assert saved["format"] == "onnx" and saved["quantization"] == "fp32"
+    llm = EdgeSpec(str(tmp_path / "onnx-fp32"), drafter="none", n_ctx=256)
+    plain = llm.generate("def add(a, b):", max_tokens=24)
+    assert plain.token_ids, "nothing generated"
+    # speculation on the ONNX backend gives the same greedy tokens
+    spec = EdgeSpec(llm.backend, drafter="lookup").generate("def add(a, b):", max_tokens=24)
+    assert spec.token_ids == plain.token_ids
+
+
+@pytest.mark.parametrize("quant", ["int8", "int4", "int4-b128", "int8-dynamic"])
+def test_onnx_quantized_exports_load_and_stay_close(checkpoint, tmp_path, quant):
+    from edgespec.api import EdgeSpec
+
+    m = export(checkpoint, tmp_path, "onnx", quant)
+    assert m["quantization"] == quant
+    assert m["validation"]["perplexity_ratio"] < 2.0
+    assert EdgeSpec(str(tmp_path / f"onnx-{quant}"), drafter="none", n_ctx=256).generate("for i", max_tokens=8).token_ids
+
+
+def test_gguf_f16_matches_its_source_in_llama_cpp(checkpoint, tmp_path):
+    m = export(checkpoint, tmp_path, "gguf", "f16")
+    assert m["validation"]["top1_agreement"] >= 0.99  # f16 weights: only rounding differs
+    assert m["validation"]["max_abs_dlogit"] < 0.1
+
+
+@pytest.mark.parametrize("quant", ["q8_0", "q4_k_m"])
+def test_gguf_quantized_by_llama_cpp(checkpoint, tmp_path, quant):
+    from edgespec.gguf_check import check_gguf
+
+    m = export(checkpoint, tmp_path, "gguf", quant)
+    f16 = export(checkpoint, tmp_path, "gguf", "f16")
+    assert m["size_bytes"] < f16["size_bytes"]
+    check_gguf(tmp_path / f"gguf-{quant}" / "model.gguf")
+    assert m["validation"]["perplexity_ratio"] < 2.0
+
+
+def test_a_failed_export_leaves_nothing_behind(checkpoint, tmp_path):
+    with pytest.raises(ExportError, match="quant"):
+        run_export(ExportPlan(str(checkpoint), "onnx", tmp_path / "out", "q4_k_m"), quiet=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "edgespec", "export", *map(str, args)], capture_output=True,
+                          text=True)
+
+
+def test_bad_export_input_gives_one_line_errors(checkpoint, tmp_path):
+    bad_arch = tmp_path / "gpt2"
+    bad_arch.mkdir()
+    (bad_arch / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    no_tok = tmp_path / "notok"
+    no_tok.mkdir()
+    (no_tok / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (no_tok / "model.safetensors").write_bytes(b"")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    cases = [
+        ((bad_arch, "--to", "onnx", "-o", tmp_path / "o1"), "architecture 'gpt2' is not supported"),
+        ((no_tok, "--to", "onnx", "-o", tmp_path / "o2"), "no tokenizer.json"),
+        ((checkpoint, "--to", "gguf", "-q", "int4", "-o", tmp_path / "o3"), "does not apply to gguf"),
+        ((checkpoint, "--to", "onnx", "-o", locked / "sub" / "o4"), "does not exist"),
+        ((tmp_path / "missing", "--to", "onnx", "-o", tmp_path / "o5"), "not found"),
+    ]
+    import os
+
+    if os.geteuid() != 0:  # root writes anywhere: the permission case only means something for users
+        cases.append(((checkpoint, "--to", "onnx", "-o", locked / "o6"), "not writable"))
+    for args, message in cases:
+        r = _cli(*args)
+        assert r.returncode == 1, r.stderr
+        assert message in r.stderr and "Traceback" not in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("to,quant", [("onnx", "fp32"), ("gguf", "f16")])
+def test_vocab_trimmed_drafter_keeps_speculation_lossless(checkpoint, tmp_path, to, quant):
+    from conftest import always_draft
+    from edgespec.api import EdgeSpec
+    from edgespec.drafters import ModelDrafter, make_drafter
+    from edgespec.engine import Engine
+
+    k = 120
+    m = run_export(ExportPlan(str(checkpoint), to, tmp_path / "trim", quant, trim_vocab=k), quiet=True)
+    assert m["trim_k"] == k and 0 < m["trim"]["coverage"] <= 1
+    kept = json.loads((tmp_path / "trim" / "vocab_map.json").read_text())["ids"]
+    assert len(kept) == k == len(set(kept))
+    # the full model is the target; the trimmed export of the same model drafts for it
+    export(checkpoint, tmp_path, to, quant)
+    target = EdgeSpec(str(tmp_path / f"{to}-{quant}"), drafter="none", n_ctx=256)
+    plain = target.generate("def add(a, b):", max_tokens=32).token_ids
+    drafter = make_drafter(str(tmp_path / "trim"), 0, always_draft(8), target.tokenizer, n_ctx=256)
+    assert isinstance(drafter, ModelDrafter)
+    drafter.p_min = 0.0  # draft even when unsure: a random tiny model is, and every draft must still verify
+    engine = Engine(target.backend, drafter, controller=always_draft(8), calibrate=False)
+    engine.reset()
+    assert list(engine.generate(target.tokenize("def add(a, b):"), 32)) == plain
+    assert engine.last_stats.drafted > 0 and engine.last_stats.accepted > 0
+    with pytest.raises(Exception, match="trimmed vocabulary"):
+        EdgeSpec(str(tmp_path / "trim"), drafter="none")  # a trimmed model drafts; it cannot be the target
+
+
+def test_trim_larger_than_the_vocabulary_is_refused(checkpoint, tmp_path):
+    r = _cli(checkpoint, "--to", "gguf", "--trim-vocab", "100000", "-o", tmp_path / "big")
+    assert r.returncode == 1 and "larger than the vocabulary" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "big").exists()
