@@ -100,14 +100,19 @@ def stage_checkpoint(source: Source, model, tok, workdir: Path) -> Path:
     out = workdir / "checkpoint"
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    # transformers' GGUF tokenizer conversion turns BOS on whatever the file says;
-    # keep the file's own choice so every export tokenizes as the source did
+    # transformers' GGUF tokenizer conversion turns BOS on and names <|im_start|> as EOS for
+    # SmolLM2, whatever the file says: keep the file's own choices, so every export
+    # tokenizes and stops as the source did
     from gguf import GGUFReader
 
-    field = GGUFReader(source.path).fields.get("tokenizer.ggml.add_bos_token")
+    fields = GGUFReader(source.path).fields
     cfg_path = out / "tokenizer_config.json"
-    if field is not None and cfg_path.is_file():
+    if cfg_path.is_file():
         cfg = json.loads(cfg_path.read_text())
-        cfg["add_bos_token"] = bool(field.contents())
+        if "tokenizer.ggml.add_bos_token" in fields:
+            cfg["add_bos_token"] = bool(fields["tokenizer.ggml.add_bos_token"].contents())
+        for key, name in (("tokenizer.ggml.bos_token_id", "bos_token"), ("tokenizer.ggml.eos_token_id", "eos_token")):
+            if key in fields:
+                cfg[name] = tok.convert_ids_to_tokens(int(fields[key].contents()))
         cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False))
     return out
