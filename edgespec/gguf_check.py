@@ -35,6 +35,11 @@ class _Reader(GGUFReader):
         self._data = value.view(np.ndarray)
 
 
+def read_gguf(path: str | os.PathLike) -> GGUFReader:
+    """A GGUFReader for a file already checked (the fast one above)."""
+    return _Reader(path, "r")
+
+
 @dataclass(frozen=True)
 class GGUFSummary:
     path: Path

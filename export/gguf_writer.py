@@ -68,11 +68,10 @@ def write_gguf(model, checkpoint: Path, out: Path, tokenizer_gguf: Path | None =
                                         cfg.num_hidden_layers)
     state = model.state_dict()
     tied = bool(getattr(cfg, "tie_word_embeddings", False))
-    names = [n for n in state if not (n == "lm_head.weight" and tied)]  # llama.cpp reuses token_embd
+    # llama.cpp reuses token_embd as the head when tied, and computes rotary tables itself
+    names = [n for n in state if not (n == "lm_head.weight" and tied) and not n.endswith("rotary_emb.inv_freq")]
     for i, name in enumerate(names):
         t = state[name].detach().float().numpy()
-        if name.endswith("rotary_emb.inv_freq"):
-            continue
         if arch == "llama" and name.endswith("q_proj.weight"):
             t = _permute(t, n_head)
         elif arch == "llama" and name.endswith("k_proj.weight"):
@@ -99,7 +98,9 @@ def _copy_tokenizer(w, src: Path, keep: np.ndarray | None = None) -> None:
     """Every tokenizer.* key of the source GGUF, with its original value types."""
     import gguf
 
-    r = gguf.GGUFReader(src)
+    from ..gguf_check import read_gguf
+
+    r = read_gguf(src)
     new_id = {int(t): i for i, t in enumerate(keep)} if keep is not None else None
     for key, field in r.fields.items():
         if not key.startswith("tokenizer."):

@@ -48,11 +48,7 @@ def open_source(src: str | os.PathLike) -> Source:
             raise ExportError(f"{p} is neither a Hugging Face checkpoint folder nor a .gguf file")
         from ..gguf_check import check_gguf
 
-        check_gguf(p)
-        from gguf import GGUFReader
-
-        field = GGUFReader(p).fields.get("general.architecture")
-        arch = field.contents() if field is not None else "?"
+        arch = check_gguf(p).architecture
         _check_arch(arch, p)
         return Source(p, "gguf", arch)
     cfg = p / "config.json"
@@ -103,9 +99,9 @@ def stage_checkpoint(source: Source, model, tok, workdir: Path) -> Path:
     # transformers' GGUF tokenizer conversion turns BOS on and names <|im_start|> as EOS for
     # SmolLM2, whatever the file says: keep the file's own choices, so every export
     # tokenizes and stops as the source did
-    from gguf import GGUFReader
+    from ..gguf_check import read_gguf
 
-    fields = GGUFReader(source.path).fields
+    fields = read_gguf(source.path).fields
     cfg_path = out / "tokenizer_config.json"
     if cfg_path.is_file():
         cfg = json.loads(cfg_path.read_text())

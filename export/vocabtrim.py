@@ -132,13 +132,26 @@ def trim_onnx(model_path: Path, keep: np.ndarray) -> None:
     onnx.save(m, str(model_path), save_as_external_data=big, location=data.name if big else None)
 
 
+def input_table(keep: np.ndarray) -> np.ndarray:
+    """Target id -> input id of a GGUF trimmed to `keep`. A token outside the kept set
+    becomes the least frequent kept one: the drafter guesses worse after it, the
+    target still verifies, so output is unchanged."""
+    keep = np.asarray(keep)
+    table = np.full(int(keep.max()) + 1, len(keep) - 1, dtype=np.int64)
+    table[keep] = np.arange(len(keep))
+    return table
+
+
+def map_inputs(ids: Sequence[int], table: np.ndarray, n_kept: int) -> list[int]:
+    """`ids` through `input_table`; ids beyond the table fall back like any dropped token."""
+    return [int(table[i]) if i < len(table) else n_kept - 1 for i in ids]
+
+
 def to_trimmed(ids: Sequence[int], trim: dict) -> list[int]:
     """Target ids -> the trimmed model's input ids (GGUF trims inputs, ONNX does not)."""
     if not trim.get("inputs_trimmed"):
         return list(ids)
-    keep = trim["ids"]
-    pos = {int(t): i for i, t in enumerate(keep)}
-    return [pos.get(int(t), len(keep) - 1) for t in ids]
+    return map_inputs(ids, input_table(np.asarray(trim["ids"])), len(trim["ids"]))
 
 
 def expand_logits(logits: np.ndarray, trim: dict) -> np.ndarray:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
 
 from ..backend import Tokenizer
 from ..errors import ModelError
@@ -122,6 +121,3 @@ class HFTokenizer(Tokenizer):
     @property
     def chat_template(self) -> str | None:
         return self._template
-
-    def decode(self, tokens: Sequence[int]) -> str:
-        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")

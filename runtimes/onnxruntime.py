@@ -85,10 +85,6 @@ class OnnxBackend(Backend):
     def n_past(self) -> int:
         return self._n_past
 
-    @property
-    def n_vocab(self) -> int:
-        return self.tokenizer.n_vocab
-
     def eval(self, ids: Sequence[int], n_logits: int | None = None) -> np.ndarray:
         n = len(ids)
         if n == 0:

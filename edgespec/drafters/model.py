@@ -20,6 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from ..backend import Backend
+from ..export.vocabtrim import input_table, map_inputs
 from ..sequence import common_prefix
 from .base import EMPTY, Draft, Drafter
 
@@ -34,12 +35,7 @@ class ModelDrafter(Drafter):
         self.vocab_map: np.ndarray | None = getattr(backend, "vocab_map", None)
         self._to_input: np.ndarray | None = None
         if self.vocab_map is not None and getattr(backend, "inputs_trimmed", False):
-            # target id -> drafter input id; tokens outside the kept set become the
-            # least frequent kept token: the drafter guesses worse there, the target
-            # still verifies, so output is unchanged
-            table = np.full(int(self.vocab_map.max()) + 1, len(self.vocab_map) - 1, dtype=np.int64)
-            table[self.vocab_map] = np.arange(len(self.vocab_map))
-            self._to_input = table
+            self._to_input = input_table(self.vocab_map)
         self._cached: list[int] = []  # target ids whose KV the drafter holds
         self.steps = 0  # one-token drafter evaluations, and their time: the drafter's step latency
         self.step_s = 0.0
@@ -54,8 +50,7 @@ class ModelDrafter(Drafter):
     def _inputs(self, ids: Sequence[int]) -> list[int]:
         if self._to_input is None:
             return list(ids)
-        t = self._to_input
-        return [int(t[i]) if i < len(t) else len(self.vocab_map) - 1 for i in ids]
+        return map_inputs(ids, self._to_input, len(self.vocab_map))
 
     def _eval(self, ids: Sequence[int]) -> np.ndarray:
         if len(ids) != 1:
