@@ -9,6 +9,7 @@ from ..controller import DraftController
 from ..errors import DrafterError
 from .auto import AutoDrafter
 from .base import Draft, Drafter
+from .crossvocab import CrossVocabDrafter
 from .lookup import PromptLookupDrafter
 from .model import ModelDrafter
 from .ngram import NGramCacheDrafter
@@ -17,7 +18,7 @@ from .recycle import TokenRecyclingDrafter
 MODEL_FREE = ("none", "lookup", "ngram", "recycle", "auto")
 
 __all__ = ["Draft", "Drafter", "PromptLookupDrafter", "NGramCacheDrafter", "TokenRecyclingDrafter",
-           "AutoDrafter", "ModelDrafter", "MODEL_FREE", "make_drafter",
+           "AutoDrafter", "ModelDrafter", "CrossVocabDrafter", "MODEL_FREE", "make_drafter",
            "check_drafter"]
 
 
@@ -57,21 +58,32 @@ def check_drafter(name: str):
         raise DrafterError(f"unknown drafter {name!r}: not one of {', '.join(MODEL_FREE)}, and {e}") from None
 
 
-def _model_drafter(name: str, target: Tokenizer, n_ctx: int, threads: int | None) -> ModelDrafter:
+def _model_drafter(name: str, target: Tokenizer, n_ctx: int, threads: int | None) -> Drafter:
     from ..runtimes import open_backend
 
     path = check_drafter(name)
     backend = open_backend(path, n_ctx=n_ctx, threads=threads)
-    drafter = ModelDrafter(backend)
-    # the same vocabulary: each drafter token names the same bytes as the target id it
-    # stands for (a GGUF trimmed by VocabTrim numbers its tokens by row of the id map)
+    if not same_vocabulary(backend, target):
+        if getattr(backend, "vocab_map", None) is not None:
+            backend.close()
+            raise DrafterError(f"drafter {name} is VocabTrim'd from another vocabulary than the target's: "
+                               "trim a drafter of the target's own vocabulary, or use the untrimmed model")
+        try:
+            return CrossVocabDrafter(backend, target)
+        except DrafterError as e:
+            backend.close()
+            raise DrafterError(f"drafter {name}: {e}") from None
+    return ModelDrafter(backend)
+
+
+def same_vocabulary(backend, target: Tokenizer) -> bool:
+    """True if each drafter token names the same bytes as the target id it stands for
+    (a GGUF trimmed by VocabTrim numbers its tokens by row of the id map)."""
+    vocab_map = getattr(backend, "vocab_map", None)
     rows = np.arange(backend.tokenizer.n_vocab)
-    ids = drafter.vocab_map if getattr(backend, "inputs_trimmed", False) else rows
+    ids = vocab_map if getattr(backend, "inputs_trimmed", False) else rows
+    target_vocab = int(vocab_map.max()) + 1 if vocab_map is not None else backend.n_vocab
     sample = np.unique(np.concatenate([rows[:2000], rows[:: max(1, len(rows) // 2000)]]))
-    if drafter.target_vocab > target.n_vocab or int(ids.max()) >= target.n_vocab or any(
-            backend.tokenizer.token_bytes(int(r)) != target.token_bytes(int(ids[r])) for r in sample
-            if not backend.tokenizer.is_special(int(r))):
-        backend.close()
-        raise DrafterError(f"drafter {name} has another vocabulary than the target: its tokens cannot be mapped "
-                           "(cross-vocabulary drafting is not available yet)")
-    return drafter
+    return not (target_vocab > target.n_vocab or int(ids.max()) >= target.n_vocab or any(
+        backend.tokenizer.token_bytes(int(r)) != target.token_bytes(int(ids[r])) for r in sample
+        if not backend.tokenizer.is_special(int(r))))

@@ -1,0 +1,105 @@
+"""A drafter model with another vocabulary than the target's (OmniDraft-style).
+
+The target's history is kept as text re-tokenized in the drafter's vocabulary
+(incrementally, see translate.TextView); the drafter drafts greedily on its own
+KV cache (a ModelDrafter in its own vocabulary), and its draft comes back as
+target tokens through the translation cache or, for runs never seen,
+re-tokenization after the history's last target tokens.
+
+Drafts are deterministic (the drafter's argmax), so greedy verification and
+rejection sampling stay exact whatever the drafter believes: the verifier
+treats them as one-hot proposals.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..backend import Backend, Tokenizer
+from ..sequence import common_prefix
+from .base import EMPTY, Draft, Drafter
+from .model import ModelDrafter
+from .translate import TextView, TranslationCache, check_mappable, retokenize_after, surface
+
+
+class CrossVocabDrafter(Drafter):
+    name = "xvocab"
+
+    def __init__(self, backend: Backend, target: Tokenizer, max_draft: int = 8, p_min: float = 0.5,
+                 lookbehind: int = 4) -> None:
+        check_mappable(backend.tokenizer, target)
+        self.backend = backend
+        self.target = target
+        self.lookbehind = lookbehind
+        self.model = ModelDrafter(backend, max_draft=max_draft, p_min=p_min)
+        self.view = TextView(backend.tokenizer, lookbehind)
+        self.cache = TranslationCache()
+        dt = backend.tokenizer
+        self._prefix = [dt.bos_id] if getattr(dt, "add_bos", False) and dt.bos_id is not None else []
+        self._fed: list[int] = []  # target tokens whose text the view holds
+        self._t_ends: list[int] = []  # byte offset where each of them ends
+
+    # steps and step_s of the model: the drafter's own latency, for the bench
+    @property
+    def steps(self) -> int:
+        return self.model.steps
+
+    @property
+    def step_s(self) -> float:
+        return self.model.step_s
+
+    def _sync(self, history: Sequence[int]) -> None:
+        n = len(self._fed)
+        if common_prefix(self._fed, history) < n:  # a new conversation: start over
+            self.view.reset()
+            self._fed, self._t_ends, n = [], [], 0
+        new = list(history[n:])
+        if not new:
+            return
+        start = self.view.done
+        pieces = [surface(self.target, t) for t in new]
+        pos = len(self.view.data)
+        for p in pieces:
+            pos += len(p)
+            self._t_ends.append(pos)
+        self._fed.extend(new)
+        self.view.append(b"".join(pieces))
+        # learn which target tokens the drafter's runs became, on the text just added
+        v = self.view
+        lo = len(v.ends)
+        while lo > 0 and v.ends[lo - 1] > start:
+            lo -= 1
+        tlo = len(self._t_ends) - len(new)
+        d0 = v.ends[lo - 1] if lo else 0
+        t0 = self._t_ends[tlo - 1] if tlo else 0
+        self.cache.learn(v.ids[lo:], v.ends[lo:], self._fed[tlo:], self._t_ends[tlo:], d0 == t0, start)
+
+    def begin(self, history: Sequence[int]) -> None:
+        self._sync(history)
+        if self.view.ids:
+            self.model.begin(self._prefix + self.view.ids)
+
+    def propose(self, history: Sequence[int], k: int) -> Draft:
+        self._sync(history)
+        if k <= 0 or self.view.pending or not self.view.ids:
+            return EMPTY  # the history ends inside a character: the drafter cannot see it yet
+        d = self.model.propose(self._prefix + self.view.ids, min(k, self.model.max_draft))
+        if not len(d):
+            return EMPTY
+        out, used = self.cache.translate(d.tokens)
+        if used < len(d.tokens):
+            rest = b"".join(surface(self.backend.tokenizer, t) for t in d.tokens[used:])
+            out += retokenize_after(self.target, [*history[-self.lookbehind:], *out][-self.lookbehind:], rest)
+        for i, t in enumerate(out):  # nothing follows an end of generation
+            if self.target.is_special(t):
+                out = out[: i + 1]
+                break
+        return Draft(out[:k], key="xvocab") if out else EMPTY
+
+    def reset(self) -> None:
+        self.model.reset()
+        self.view.reset()
+        self._fed, self._t_ends = [], []
+
+    def memory(self) -> int:
+        return self.model.memory() + self.cache.memory() + 16 * len(self.view.ids)
