@@ -55,8 +55,9 @@ def default_threads() -> int:
 
 
 class LlamaTokenizer(Tokenizer):
-    def __init__(self, model: ll.llama_model_p) -> None:
+    def __init__(self, model: ll.llama_model_p, owner: object = None) -> None:
         self._model = model
+        self._owner = owner  # the backend that frees the model: alive as long as its tokenizer is
         self._vocab = ll.llama_model_get_vocab(model)
         self.n_vocab = ll.llama_vocab_n_tokens(self._vocab)
         bos, eos = ll.llama_vocab_bos(self._vocab), ll.llama_vocab_eos(self._vocab)
@@ -133,7 +134,7 @@ class LlamaCppBackend(Backend):
         self._model = ll.llama_model_load_from_file(str(self.path).encode(), mp)
         if not self._model:
             raise ModelError(f"llama.cpp could not load {self.path} (corrupt, truncated or unsupported model)")
-        self.tokenizer = LlamaTokenizer(self._model)
+        self.tokenizer = LlamaTokenizer(self._model, owner=self)
         n_ctx_train = ll.llama_model_n_ctx_train(self._model)
         self.n_ctx = min(n_ctx, n_ctx_train) if n_ctx_train > 0 else n_ctx
         self.n_batch = n_batch

@@ -15,8 +15,10 @@ printed. A real bug (wrong KV state, a wrong token accepted) shows an arbitrary
 token and a large gap.
 
 CI runs it on SmolLM2-135M, on llama.cpp and on ONNX Runtime (the GGUF
-exported to ONNX fp32 by `edgespec export` first). For another model of the store:
+exported to ONNX fp32 by `edgespec export` first), and SmolLM2-135M drafting
+across vocabularies for Gemma-3-270M. For another model of the store:
     EDGESPEC_LOSSLESS_MODEL=qwen2.5-coder-0.5b python3 -m pytest -q -s tests/test_real_lossless.py
+and for another cross-vocabulary pair, EDGESPEC_XVOCAB_TARGET and EDGESPEC_XVOCAB_DRAFTER.
 """
 
 import os
@@ -104,6 +106,38 @@ def test_speculation_matches_plain_greedy_up_to_near_ties(backend, prompt_ids, p
     controller = always_draft(max_k=8)  # verify every proposal: as many batched evaluations as possible
     engine = Engine(backend, make_drafter(drafter, backend.n_vocab, controller), controller=controller,
                     calibrate=False)
+    assert_lossless_up_to_near_ties(engine, prompt_ids, plain, f"{MODEL} {backend.name} {drafter}", capsys)
+
+
+XVOCAB_TARGET = os.environ.get("EDGESPEC_XVOCAB_TARGET", "gemma3-270m")
+XVOCAB_DRAFTER = os.environ.get("EDGESPEC_XVOCAB_DRAFTER", "smollm2-135m")
+
+
+def test_a_drafter_of_another_vocabulary_matches_plain_greedy_up_to_near_ties(capsys):
+    """SmolLM2-135M (49k vocabulary) drafts for Gemma-3-270M (262k), through text."""
+    from edgespec.api import EdgeSpec
+    from edgespec.drafters import CrossVocabDrafter
+    from edgespec.store import resolve
+
+    with LlamaCppBackend(resolve(XVOCAB_TARGET, quiet=True), n_ctx=1024, n_threads=2) as target:
+        llm = EdgeSpec(target, drafter="none")
+        chat = target.tokenizer.chat_template is not None  # Gemma-3-270M is a base model
+        prompt_ids = [llm.chat_ids([{"role": "user", "content": p}]) if chat else llm.tokenize(p) for p in PROMPTS]
+        plain = []
+        for ids in prompt_ids:
+            llm.engine.reset()
+            plain.append(list(llm.engine.generate(ids, MAX_TOKENS)))
+        controller = always_draft(max_k=8)
+        drafter = make_drafter(XVOCAB_DRAFTER, target.n_vocab, controller, target.tokenizer, n_ctx=2048, threads=2)
+        assert isinstance(drafter, CrossVocabDrafter)
+        engine = Engine(target, drafter, controller=controller, calibrate=False)
+        assert_lossless_up_to_near_ties(engine, prompt_ids, plain, f"{XVOCAB_DRAFTER} for {XVOCAB_TARGET}", capsys)
+        drafter.backend.close()
+
+
+def assert_lossless_up_to_near_ties(engine, prompt_ids, plain, label, capsys):
+    """Every run equals plain greedy output or parts from it at a near-tie (re-scored)."""
+    backend = engine.backend
     identical, gaps, drafted, accepted = 0, [], 0, 0
     for ids, expected in zip(prompt_ids, plain):
         engine.reset()
@@ -124,7 +158,7 @@ def test_speculation_matches_plain_greedy_up_to_near_ties(backend, prompt_ids, p
         gaps.append(rescore_gaps(backend, ids, expected[:j], alt, ref))
     wide = [g for g in gaps if min(g[0], g[1]) >= NEAR_TIE]
     with capsys.disabled():
-        print(f"\n[{MODEL} {backend.name} {drafter}] identical to plain greedy: {identical}/{len(plain)}; "
+        print(f"\n[{label}] identical to plain greedy: {identical}/{len(plain)}; "
               f"divergence gaps (plain's own, one batch): {[(round(a, 3), round(b, 3)) for a, b, _ in gaps]}; "
               f"top-two flips with a gap of 0.3-0.5: {len(wide)}; acceptance {accepted}/{drafted}")
     assert accepted > 0, "no draft was ever accepted: the test exercised nothing"
