@@ -65,6 +65,7 @@ class Run:
     position: list[tuple[int, int]] = field(default_factory=list)
     drafter_steps: int = 0  # one-token evaluations of a model drafter, and their seconds
     draft_s: float = 0.0
+    by_key: dict[str, list[int]] = field(default_factory=dict)  # drafter kind -> [drafted, accepted]
 
 
 def _timed(stream: Iterable[int]) -> tuple[list[int], float]:
@@ -123,7 +124,8 @@ class _Edgespec:
         toks, dt = _timed(self.llm.engine.generate(ids, max_tokens))
         st = self.llm.last_stats
         return Run(toks, dt, st.drafted, st.accepted, st.overhead_ms_per_token, st.steps,
-                   list(zip(st.position_tried, st.position_accepted)), getattr(d, "steps", 0) - before[0], getattr(d, "step_s", 0.0) - before[1])
+                   list(zip(st.position_tried, st.position_accepted)), getattr(d, "steps", 0) - before[0],
+                   getattr(d, "step_s", 0.0) - before[1], {k: list(v) for k, v in st.by_key.items()})
 
 
 def _label(drafter: str) -> str:
@@ -218,12 +220,18 @@ def run_bench(
                     pos[i][1] += a
             dsteps = sum(r.drafter_steps for r in rs)
             step_ms = 1000 * sum(r.draft_s for r in rs) / dsteps if dsteps else None
-            return toks, secs, drafted, acc, over, pos, sum(r.steps for r in rs), step_ms
+            keys: dict[str, list[int]] = {}
+            for r in rs:
+                for k, (dr, ac) in r.by_key.items():
+                    keys.setdefault(k, [0, 0])
+                    keys[k][0] += dr
+                    keys[k][1] += ac
+            return toks, secs, drafted, acc, over, pos, sum(r.steps for r in rs), step_ms, keys
 
         ptoks, psecs, *_ = agg(PLAIN)
         plain_tps = ptoks / psecs if psecs else 0.0
         for name in methods:
-            toks, secs, drafted, acc, over, pos, steps, step_ms = agg(name)
+            toks, secs, drafted, acc, over, pos, steps, step_ms, keys = agg(name)
             tps = toks / secs if secs else 0.0
             rows.append({
                 "drafter": name,
@@ -237,21 +245,26 @@ def run_bench(
                 "acceptance_by_position": [round(a / t, 3) if t else None for t, a in pos][:8],
                 "identical_to_plain": ("{}/{}".format(*identical[(name, cat)]) if name != PLAIN else None),
                 "drafter_step_ms": round(step_ms, 3) if step_ms is not None else None,
+                # which kind of draft the accepted tokens came from (the hybrid mixes them)
+                "by_drafter": {k: {"drafted": dr, "accepted": ac} for k, (dr, ac) in sorted(keys.items())},
             })
     return rows
 
 
 def print_rows(rows: list[dict], console: Console) -> None:
-    t = Table("category", "method", "tok/s", "x plain", "acceptance", "overhead ms/tok", "same as plain",
-              "drafter ms/step",
+    t = Table("category", "method", "tok/s", "x plain", "accept", "by position", "overhead ms/tok",
+              "same as plain", "drafter ms/step", "accepted from",
               title="edgespec bench (decode speed, prefill excluded; measured side by side in one run)")
     for r in rows:
         t.add_row(
             r["category"], r["drafter"], f"{r['tokens_per_s']:.2f}",
             f"{r['ratio_to_plain']:.2f}" if r["ratio_to_plain"] is not None else "-",
             f"{r['acceptance_rate']:.0%}" if r["acceptance_rate"] is not None else "-",
+            "/".join("-" if a is None else f"{100 * a:.0f}" for a in r["acceptance_by_position"][:4]) or "-",
             f"{r['overhead_ms_per_token']:.3f}" if r["overhead_ms_per_token"] is not None else "-",
             r["identical_to_plain"] or "-",
             f"{r['drafter_step_ms']:.1f}" if r.get("drafter_step_ms") is not None else "-",
+            " ".join(f"{k} {v['accepted']}" for k, v in r.get("by_drafter", {}).items() if v["accepted"]) or "-",
         )
-    console.print(t)
+    # piped output is 80 columns wide: the table needs more
+    Console(file=console.file, width=max(console.width, 160), force_terminal=console.is_terminal).print(t)

@@ -111,33 +111,38 @@ class DraftController:
         self.acceptance = AcceptanceModel(max_k)
         self.cost = CostModel(max_k + 1)
         self.explore_every = explore_every
-        self._declined = 0
+        self._declined: dict[str, int] = {}
 
-    def choose(self, key: str, available: int, draft_seconds: float = 0.0) -> int:
-        """How many of `available` proposed tokens of kind `key` to verify."""
+    def _step_costs(self, k_max: int, per_token_seconds: float) -> np.ndarray:
+        """Seconds of a step drafting j = 0..k_max tokens: the verification batch of
+        j + 1, plus what a model drafter spends per drafted token."""
+        return self.cost.costs()[1 : k_max + 2] + per_token_seconds * np.arange(k_max + 1)
+
+    def choose(self, key: str, available: int, draft_seconds: float = 0.0, per_token_seconds: float = 0.0) -> int:
+        """How many of `available` tokens of kind `key` to verify (or, for a model
+        drafter that pays `per_token_seconds` for each, to draft)."""
         k_max = min(available, self.max_k)
         if k_max <= 0:
             return 0
         e = self.acceptance.expected_tokens(key, k_max)
-        c = self.cost.costs()[1 : k_max + 2] + draft_seconds
-        gain = e / c
+        gain = e / (self._step_costs(k_max, per_token_seconds) + draft_seconds)
         k = int(np.argmax(gain))
         if k == 0:
             # nothing pays on current estimates; test one token now and then so a
             # stale estimate can recover: at most one probe per `explore_every`
-            # declined steps, which costs under 2% of plain speed
-            self._declined += 1
-            if self._declined % self.explore_every == 0:
+            # declined steps of this kind, which costs under 2% of plain speed
+            n = self._declined[key] = self._declined.get(key, 0) + 1
+            if n % self.explore_every == 0:
                 return 1
         return k
 
-    def expected_gain(self, key: str, available: int) -> float:
+    def expected_gain(self, key: str, available: int, per_token_seconds: float = 0.0) -> float:
         """Best predicted speed-up over plain decoding for a proposal of this kind."""
         k_max = min(available, self.max_k)
         if k_max <= 0:
             return 1.0
         e = self.acceptance.expected_tokens(key, k_max)
-        c = self.cost.costs()[1 : k_max + 2]
+        c = self._step_costs(k_max, per_token_seconds)
         return float(np.max(e / c) * c[0])
 
     def record(self, key: str, k: int, n_accepted: int, n_evaluated: int, seconds: float) -> None:

@@ -132,7 +132,7 @@ class Engine:
         if drafter is not None:
             t0 = time.perf_counter()
             drafter.begin(history)
-            st.draft_s += time.perf_counter() - t0
+            st.prefill_s += time.perf_counter() - t0  # a model drafter reads the prompt: prompt processing
         ctl = self.controller
         pending = [token]
         st.finish_reason = "length"
@@ -166,7 +166,12 @@ class Engine:
                 draft = EMPTY
                 if drafter is not None and k_cap > 0:
                     t0 = time.perf_counter()
-                    draft = drafter.propose(history, k_cap)
+                    if drafter.model_key is not None:  # a model drafter: decide before paying for it
+                        k_cap = ctl.choose(drafter.model_key, k_cap, drafter.sync_seconds, drafter.cost_per_token)
+                    if k_cap > 0:
+                        m0 = drafter.model_seconds
+                        draft = drafter.propose(history, k_cap)
+                        st.drafter_model_s += drafter.model_seconds - m0
                     if len(draft):
                         draft = draft.truncated(ctl.choose(draft.key, len(draft)))
                     st.draft_s += time.perf_counter() - t0

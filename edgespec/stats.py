@@ -18,6 +18,7 @@ class GenerationStats:
     prefill_s: float = 0.0
     verify_s: float = 0.0  # backend time of the decode steps
     draft_s: float = 0.0
+    drafter_model_s: float = 0.0  # of draft_s: a model drafter's own evaluations
     total_s: float = 0.0
     finish_reason: str = ""
     by_key: dict[str, list[int]] = field(default_factory=dict)  # key -> [drafted, accepted]
@@ -62,10 +63,11 @@ class GenerationStats:
 
     @property
     def overhead_ms_per_token(self) -> float:
-        """Engine time per generated token that is not the backend's evaluation."""
+        """Engine time per generated token that is neither the target's evaluation nor
+        a model drafter's (drafting, verification, bookkeeping: what the engine adds)."""
         if not self.generated_tokens:
             return 0.0
-        return 1000.0 * max(self.decode_s - self.verify_s, 0.0) / self.generated_tokens
+        return 1000.0 * max(self.decode_s - self.verify_s - self.drafter_model_s, 0.0) / self.generated_tokens
 
     def to_dict(self) -> dict:
         d = asdict(self)

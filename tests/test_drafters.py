@@ -5,7 +5,7 @@ import numpy as np
 from edgespec.controller import DraftController
 from edgespec.drafters import (AutoDrafter, NGramCacheDrafter, PromptLookupDrafter, TokenRecyclingDrafter,
                                make_drafter)
-from edgespec.drafters.base import Draft
+from edgespec.drafters.base import Draft, Drafter
 
 
 def test_prompt_lookup_continues_the_longest_earlier_match():
@@ -68,19 +68,59 @@ def test_token_recycling_table_stays_under_4_mb_for_large_vocabularies():
         assert d.k >= 3
 
 
+class Fixed(Drafter):
+    """Always proposes the same tokens; counts how often it was asked."""
+
+    def __init__(self, tokens, key, model_cost=None):
+        self.draft = Draft(tokens, key)
+        self.asked = 0
+        self.model_key = key if model_cost is not None else None
+        self._cost = model_cost or 0.0
+
+    @property
+    def cost_per_token(self):
+        return self._cost
+
+    def propose(self, history, k):
+        self.asked += 1
+        return self.draft.truncated(k)
+
+
+def trained_controller(accepts):
+    """Verification of n tokens costs 1 + 0.1 (n - 1); each key accepted as given."""
+    c = DraftController(max_k=8)
+    for n in range(1, 10):
+        c.cost.observe(n, 1.0 + 0.1 * (n - 1))
+    for key, (k, n) in accepts.items():
+        for _ in range(30):
+            c.record(key, k, n, k + 1, 1.0 + 0.1 * k)
+    return c
+
+
 def test_auto_takes_the_proposal_with_the_best_predicted_gain():
-    class Fixed:
-        def __init__(self, tokens, key):
-            self.draft = Draft(tokens, key)
-
-        def begin(self, h): ...
-        def observe(self, h, i, l): ...
-        def propose(self, h, k):
-            return self.draft
-
-    scores = {"a": 1.2, "b": 2.5}
-    auto = AutoDrafter([Fixed([1], "a"), Fixed([2, 3], "b")], score=lambda key, n: scores[key])
+    c = trained_controller({"a": (1, 0), "b": (2, 2)})
+    auto = AutoDrafter([Fixed([1], "a"), Fixed([2, 3], "b")], c)
     assert auto.propose([0], 4).tokens == [2, 3]
+
+
+def test_the_hybrid_asks_its_model_drafter_only_when_that_pays():
+    # the model is right half the time and costs 0.3 of a target step per token;
+    # copying ("b") is always right and free: the model is not asked
+    c = trained_controller({"b": (4, 4), "m": (4, 1)})
+    model = Fixed([7, 8, 9, 10], "m", model_cost=0.3)
+    auto = AutoDrafter([Fixed([2, 3, 4, 5], "b"), model], c)
+    for _ in range(10):
+        assert auto.propose([0], 4).tokens == [2, 3, 4, 5]
+    assert model.asked == 0
+    # where nothing can be copied, a model that is usually right and cheap drafts
+    c = trained_controller({"m": (4, 4)})
+    model = Fixed([7, 8, 9, 10], "m", model_cost=0.05)
+    auto = AutoDrafter([Fixed([], "b"), model], c)
+    assert auto.propose([0], 4).tokens == [7, 8, 9, 10] and model.asked == 1
+    # a model too slow to pay is not asked, but for a rare probe
+    model._cost = 5.0
+    taken = [auto.propose([0], 4).tokens for _ in range(64)]
+    assert taken.count([]) >= 60 and model.asked <= 1 + 64 // c.explore_every + 1
 
 
 def test_unknown_drafter_names_are_refused():

@@ -16,6 +16,7 @@ from .ngram import NGramCacheDrafter
 from .recycle import TokenRecyclingDrafter
 
 MODEL_FREE = ("none", "lookup", "ngram", "recycle", "auto")
+HYBRID = "auto+"  # auto+MODEL: the model-free drafters and a model drafter, chosen step by step
 
 __all__ = ["Draft", "Drafter", "PromptLookupDrafter", "NGramCacheDrafter", "TokenRecyclingDrafter",
            "AutoDrafter", "ModelDrafter", "CrossVocabDrafter", "MODEL_FREE", "make_drafter",
@@ -25,8 +26,9 @@ __all__ = ["Draft", "Drafter", "PromptLookupDrafter", "NGramCacheDrafter", "Toke
 def make_drafter(name: str, n_vocab: int, controller: DraftController, target_tokenizer: Tokenizer | None = None,
                  n_ctx: int = 4096, threads: int | None = None) -> Drafter | None:
     """A drafter by name, None for plain decoding. Besides the model-free names, a
-    model-store name, .gguf file or export folder makes a model drafter, which must
-    share the target's vocabulary (VocabTrim'd is fine)."""
+    model-store name, .gguf file or export folder makes a model drafter: of the
+    target's vocabulary (VocabTrim'd is fine) or, through text, of another one.
+    `auto+MODEL` is the hybrid: the model-free drafters and that model drafter."""
     if name == "none":
         return None
     if name == "lookup":
@@ -35,11 +37,13 @@ def make_drafter(name: str, n_vocab: int, controller: DraftController, target_to
         return NGramCacheDrafter()
     if name == "recycle":
         return TokenRecyclingDrafter(n_vocab)
-    if name == "auto":
-        return AutoDrafter(
-            [PromptLookupDrafter(), NGramCacheDrafter(), TokenRecyclingDrafter(n_vocab)],
-            score=controller.expected_gain,
-        )
+    if name == "auto" or name.startswith(HYBRID):
+        members: list[Drafter] = [PromptLookupDrafter(), NGramCacheDrafter(), TokenRecyclingDrafter(n_vocab)]
+        if name.startswith(HYBRID):
+            if target_tokenizer is None:
+                raise DrafterError("a hybrid drafter needs the target's tokenizer")
+            members.append(_model_drafter(name[len(HYBRID):], target_tokenizer, n_ctx, threads))
+        return AutoDrafter(members, controller)
     if target_tokenizer is None:
         raise DrafterError(f"unknown drafter {name!r}; choose one of: {', '.join(MODEL_FREE)}")
     return _model_drafter(name, target_tokenizer, n_ctx, threads)
@@ -49,6 +53,8 @@ def check_drafter(name: str):
     """Refuse an unknown drafter before anything is loaded; returns the model path of a model drafter."""
     if name in MODEL_FREE:
         return None
+    if name.startswith(HYBRID):
+        return check_drafter(name[len(HYBRID):])
     from ..errors import ModelError
     from ..store import resolve
 

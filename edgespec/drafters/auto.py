@@ -1,38 +1,66 @@
-"""`auto`: ask every model-free drafter, keep the proposal worth the most.
+"""`auto`: ask every model-free drafter, keep the proposal worth the most; with a
+model drafter too (`auto+MODEL`, the hybrid), let the model draft only when its
+expected gain, net of its own cost, beats the free proposals.
 
-Each proposal is scored by the controller's learned acceptance for its kind
-(`Draft.key`), so the choice follows what actually verifies on this text.
+Every proposal is scored by the controller's learned acceptance for its kind
+(`Draft.key`) and the measured cost of verifying it, so the choice follows what
+actually verifies on this text and this machine. Model-free proposals cost
+nothing to make, so they are all asked; a model drafter pays per drafted token,
+so it is asked only when it is predicted to pay, at the length the controller
+plans for it (with a rare probe, so a drafter that starts paying is noticed).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
+from ..controller import DraftController
 from .base import EMPTY, Draft, Drafter
 
 
 class AutoDrafter(Drafter):
     name = "auto"
 
-    def __init__(self, drafters: Sequence[Drafter], score: Callable[[str, int], float]) -> None:
-        """`score(key, n)`: predicted speed-up of a proposal of kind `key` and length n."""
+    def __init__(self, drafters: Sequence[Drafter], controller: DraftController) -> None:
         self.drafters = list(drafters)
-        self.score = score
+        self.free = [d for d in self.drafters if d.model_key is None]
+        self.models = [d for d in self.drafters if d.model_key is not None]
+        self.controller = controller
+        self.chosen: dict[str, int] = {}  # drafter name -> steps its proposal was taken
 
     def begin(self, history: Sequence[int]) -> None:
+        # a model member reads the prompt now, as part of prompt processing: caught
+        # up later, in the middle of decoding, the whole prompt would stall one step
         for d in self.drafters:
             d.begin(history)
 
+    @property
+    def model_seconds(self) -> float:
+        return sum(m.model_seconds for m in self.models)
+
     def propose(self, history: Sequence[int], k: int) -> Draft:
-        best, best_score = EMPTY, 1.0
-        for d in self.drafters:
+        ctl = self.controller
+        best, best_score, source = EMPTY, 1.0, ""
+        for d in self.free:
             draft = d.propose(history, k)
             if len(draft):
-                s = self.score(draft.key, len(draft))
+                s = ctl.expected_gain(draft.key, len(draft))
                 if s > best_score or best is EMPTY:
-                    best, best_score = draft, s
+                    best, best_score, source = draft, s, d.name
+        for m in self.models:
+            assert m.model_key is not None
+            k_m = ctl.choose(m.model_key, k, m.sync_seconds, m.cost_per_token)
+            if k_m == 0:
+                continue
+            gain = ctl.expected_gain(m.model_key, k_m, m.cost_per_token)
+            if best is EMPTY or gain > best_score:
+                draft = m.propose(history, k_m)
+                if len(draft):
+                    best, best_score, source = draft, gain, m.name
+        if source:
+            self.chosen[source] = self.chosen.get(source, 0) + 1
         return best
 
     def observe(self, history: Sequence[int], inputs: Sequence[int], logits: np.ndarray) -> None:
@@ -45,3 +73,12 @@ class AutoDrafter(Drafter):
 
     def memory(self) -> int:
         return sum(d.memory() for d in self.drafters)
+
+    # a model member's latency, for the bench
+    @property
+    def steps(self) -> int:
+        return sum(getattr(m, "steps", 0) for m in self.models)
+
+    @property
+    def step_s(self) -> float:
+        return sum(getattr(m, "step_s", 0.0) for m in self.models)

@@ -47,6 +47,25 @@ class Drafter(ABC):
     """
 
     name: str = "drafter"
+    # Model drafters pay for every token they draft, so the engine plans their draft
+    # length before asking (learned per `model_key`); model-free drafters propose
+    # first and are truncated after, for free.
+    model_key: str | None = None
+
+    @property
+    def cost_per_token(self) -> float:
+        """Seconds spent per drafted token (measured; 0 for model-free drafters)."""
+        return 0.0
+
+    @property
+    def sync_seconds(self) -> float:
+        """Seconds spent per step catching up with the accepted tokens (measured)."""
+        return 0.0
+
+    @property
+    def model_seconds(self) -> float:
+        """Total seconds a model drafter has spent evaluating its model."""
+        return 0.0
 
     def begin(self, history: Sequence[int]) -> None:
         """A generation starts from `history` (for chat: all earlier turns too)."""

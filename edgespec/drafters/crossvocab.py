@@ -24,6 +24,7 @@ from .translate import TextView, TranslationCache, check_mappable, retokenize_af
 
 class CrossVocabDrafter(Drafter):
     name = "xvocab"
+    model_key = "xvocab"
 
     def __init__(self, backend: Backend, target: Tokenizer, max_draft: int = 8, p_min: float = 0.5,
                  lookbehind: int = 4) -> None:
@@ -39,7 +40,7 @@ class CrossVocabDrafter(Drafter):
         self._fed: list[int] = []  # target tokens whose text the view holds
         self._t_ends: list[int] = []  # byte offset where each of them ends
 
-    # steps and step_s of the model: the drafter's own latency, for the bench
+    # the model's own latency, for the controller and the bench
     @property
     def steps(self) -> int:
         return self.model.steps
@@ -47,6 +48,18 @@ class CrossVocabDrafter(Drafter):
     @property
     def step_s(self) -> float:
         return self.model.step_s
+
+    @property
+    def cost_per_token(self) -> float:
+        return self.model.cost_per_token
+
+    @property
+    def sync_seconds(self) -> float:
+        return self.model.sync_seconds
+
+    @property
+    def model_seconds(self) -> float:
+        return self.model.model_seconds
 
     def _sync(self, history: Sequence[int]) -> None:
         n = len(self._fed)

@@ -27,6 +27,7 @@ from .base import EMPTY, Draft, Drafter
 
 class ModelDrafter(Drafter):
     name = "model"
+    model_key = "model"
 
     def __init__(self, backend: Backend, max_draft: int = 8, p_min: float = 0.5) -> None:
         self.backend = backend
@@ -39,6 +40,9 @@ class ModelDrafter(Drafter):
         self._cached: list[int] = []  # target ids whose KV the drafter holds
         self.steps = 0  # one-token drafter evaluations, and their time: the drafter's step latency
         self.step_s = 0.0
+        self.syncs = 0  # catching up with the accepted history at the start of a proposal
+        self.sync_s = 0.0
+        self.eval_s = 0.0  # every evaluation, prompt included
 
     @property
     def target_vocab(self) -> int:
@@ -53,13 +57,22 @@ class ModelDrafter(Drafter):
         return map_inputs(ids, self._to_input, len(self.vocab_map))
 
     def _eval(self, ids: Sequence[int]) -> np.ndarray:
-        if len(ids) != 1:
-            return self.backend.eval(self._inputs(ids), n_logits=1)[0]
         t0 = time.perf_counter()
         out = self.backend.eval(self._inputs(ids), n_logits=1)[0]
-        self.steps += 1
-        self.step_s += time.perf_counter() - t0
+        self.eval_s += time.perf_counter() - t0
         return out
+
+    @property
+    def model_seconds(self) -> float:
+        return self.eval_s
+
+    @property
+    def cost_per_token(self) -> float:
+        return self.step_s / self.steps if self.steps else 0.0
+
+    @property
+    def sync_seconds(self) -> float:
+        return self.sync_s / self.syncs if self.syncs else 0.0
 
     def begin(self, history: Sequence[int]) -> None:
         keep = common_prefix(self._cached, history[:-1])
@@ -73,10 +86,14 @@ class ModelDrafter(Drafter):
         k = min(k, self.max_draft)
         if k <= 0 or len(history) + k > self.backend.n_ctx:
             return EMPTY
+        t0 = time.perf_counter()
         keep = min(common_prefix(self._cached, history), len(history) - 1)  # the last token must be fed
         self.backend.rollback(keep)
         logits = self._eval(history[keep:])
         self._cached = list(history)
+        if len(history) - keep <= self.max_draft + 1:  # a step's worth; a long catch-up after a pause is not typical
+            self.syncs += 1
+            self.sync_s += time.perf_counter() - t0
         draft: list[int] = []
         while True:
             row = int(np.argmax(logits))
@@ -88,8 +105,11 @@ class ModelDrafter(Drafter):
             draft.append(tok)
             if len(draft) >= k:
                 break
+            t0 = time.perf_counter()
             logits = self._eval([tok])
             self._cached.append(tok)
+            self.steps += 1
+            self.step_s += time.perf_counter() - t0
         return Draft(draft, key="model") if draft else EMPTY
 
     def reset(self) -> None:
