@@ -182,6 +182,7 @@ def run_bench(
                           + ", ".join(f"{n}: {t / cost[1]:.2f}" for n, t in sorted(cost.items())), highlight=False)
 
     runs: dict[tuple[str, str], list[Run]] = defaultdict(list)
+    runs_in_order: dict[str, list[Run]] = defaultdict(list)
     identical: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # (method, category) -> [same, runs]
     from rich.progress import Progress
 
@@ -193,6 +194,7 @@ def run_bench(
                 bar.update(task, description=f"{cat}: {name}")
                 r = run(ids, max_tokens)
                 runs[(name, cat)].append(r)
+                runs_in_order[name].append(r)
                 if name == PLAIN:
                     plain_tokens = r.tokens
                 elif plain_tokens is not None:
@@ -248,7 +250,30 @@ def run_bench(
                 # which kind of draft the accepted tokens came from (the hybrid mixes them)
                 "by_drafter": {k: {"drafted": dr, "accepted": ac} for k, (dr, ac) in sorted(keys.items())},
             })
+        if es:
+            rows.append(_oracle_row(cat, plain_tps, [
+                (ids, r.tokens) for (c, ids), r in zip(encoded, runs_in_order[PLAIN]) if cat in (c, "all")],
+                next(iter(es.values())).llm.engine.controller.cost.costs()))
     return rows
+
+
+ORACLE = "oracle:lookup"
+
+
+def _oracle_row(cat: str, plain_tps: float, pairs: list[tuple[list[int], list[int]]], costs) -> dict:
+    """What prompt lookup would reach with a controller that knows how many tokens
+    each proposal gets accepted, on this run's own plain output and batch costs."""
+    from .oracle import lookup_oracle_time
+
+    plain = sum(max(len(out) - 1, 0) for _, out in pairs) * costs[1]
+    oracle = sum(lookup_oracle_time(ids, out, costs) for ids, out in pairs)
+    ratio = plain / oracle if oracle else None
+    return {"drafter": ORACLE, "category": cat,
+            "tokens_per_s": round(plain_tps * ratio, 3) if ratio else 0.0, "acceptance_rate": None,
+            "ratio_to_plain": round(ratio, 3) if ratio else None, "overhead_ms_per_token": None,
+            "tokens": sum(len(out) for _, out in pairs), "mean_accepted": None, "acceptance_by_position": [],
+            "identical_to_plain": None, "drafter_step_ms": None, "by_drafter": {},
+            "note": "upper bound: plain output replayed with perfect knowledge of acceptance"}
 
 
 def print_rows(rows: list[dict], console: Console) -> None:

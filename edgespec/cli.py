@@ -30,7 +30,8 @@ err = Console(stderr=True)
 ModelOpt = typer.Option(DEFAULT_MODEL, "--model", "-m",
                         help="Model-store name, a .gguf file, or an export folder (ONNX or GGUF).")
 DrafterOpt = typer.Option("auto", "--drafter", "-d",
-                          help="none, lookup, ngram, recycle, auto, or a drafter model of the same vocabulary.")
+                          help="none, lookup, ngram, recycle, auto; a drafter model (store name, .gguf or export "
+                               "folder; another vocabulary is translated through text); auto+MODEL for the hybrid.")
 CtxOpt = typer.Option(4096, "--ctx", help="Context size in tokens.")
 ThreadsOpt = typer.Option(None, "--threads", "-t", help="CPU threads (default: physical cores).")
 MaxDraftOpt = typer.Option(16, "--max-draft", help="Upper bound on draft tokens per step.")

@@ -40,3 +40,32 @@ def test_cost_is_interpolated_between_measured_batch_sizes():
     costs = c.cost.costs()
     assert abs(costs[2] - 1.2) < 1e-9 and abs(costs[3] - 1.4) < 1e-9
     assert costs[6] > costs[4]  # extrapolated with the measured slope
+
+
+def test_the_engine_asks_a_model_drafter_only_when_drafting_pays():
+    """A model drafter pays for each token it drafts: the engine plans before asking."""
+    from conftest import ScriptedBackend
+    from edgespec.drafters.base import Draft, Drafter
+    from edgespec.engine import Engine
+
+    class SlowModel(Drafter):
+        model_key = "slow"
+
+        def __init__(self, cost):
+            self.cost, self.asked = cost, 0
+
+        @property
+        def cost_per_token(self):
+            return self.cost
+
+        def propose(self, history, k):
+            self.asked += 1
+            return Draft([ord("x")] * k, "slow")  # always wrong
+
+    backend = ScriptedBackend("a" * 300)
+    c = controller_with_costs({1: 1.0, 2: 1.1, 9: 1.8})
+    c.cost.alpha = 0.0  # keep these costs whatever the real timings are
+    drafter = SlowModel(cost=2.0)  # two target steps per drafted token: never worth it
+    out = list(Engine(backend, drafter, controller=c, calibrate=False).generate(list(b"go"), 200))
+    assert out == [ord("a")] * 200
+    assert drafter.asked <= 200 // c.explore_every + 1  # only the rare probes
