@@ -106,33 +106,41 @@ class CostModel:
 class DraftController:
     """Chooses the draft length each step from learned acceptance and cost."""
 
-    def __init__(self, max_k: int = 16, explore_every: int = 32) -> None:
+    def __init__(self, max_k: int = 16, explore_every: int = 32, max_explore_every: int = 1024) -> None:
         self.max_k = max_k
         self.acceptance = AcceptanceModel(max_k)
         self.cost = CostModel(max_k + 1)
         self.explore_every = explore_every
+        self.max_explore_every = max_explore_every
         self._declined: dict[str, int] = {}
+        self._interval: dict[str, int] = {}  # declined steps between probes, per kind
+        self._probing: set[str] = set()
 
-    def _step_costs(self, k_max: int, per_token_seconds: float) -> np.ndarray:
+    def _step_costs(self, k_max: int, draft_seconds: float, per_token_seconds: float) -> np.ndarray:
         """Seconds of a step drafting j = 0..k_max tokens: the verification batch of
-        j + 1, plus what a model drafter spends per drafted token."""
-        return self.cost.costs()[1 : k_max + 2] + per_token_seconds * np.arange(k_max + 1)
+        j + 1, plus, for a model drafter, its catch-up and each drafted token
+        (j = 0 asks nothing of the drafter)."""
+        c = self.cost.costs()[1 : k_max + 2] + per_token_seconds * np.arange(k_max + 1)
+        c[1:] += draft_seconds
+        return c
 
     def choose(self, key: str, available: int, draft_seconds: float = 0.0, per_token_seconds: float = 0.0) -> int:
         """How many of `available` tokens of kind `key` to verify (or, for a model
-        drafter that pays `per_token_seconds` for each, to draft)."""
+        drafter that pays `draft_seconds` per step and `per_token_seconds` per
+        drafted token, to draft)."""
         k_max = min(available, self.max_k)
         if k_max <= 0:
             return 0
         e = self.acceptance.expected_tokens(key, k_max)
-        gain = e / (self._step_costs(k_max, per_token_seconds) + draft_seconds)
-        k = int(np.argmax(gain))
+        k = int(np.argmax(e / self._step_costs(k_max, draft_seconds, per_token_seconds)))
         if k == 0:
             # nothing pays on current estimates; test one token now and then so a
-            # stale estimate can recover: at most one probe per `explore_every`
-            # declined steps of this kind, which costs under 2% of plain speed
+            # stale estimate can recover. Every failed probe doubles the wait, so
+            # probing costs little even where a probe is dear (a model drafter's catch-up)
             n = self._declined[key] = self._declined.get(key, 0) + 1
-            if n % self.explore_every == 0:
+            if n % self._interval.get(key, self.explore_every) == 0:
+                self._declined[key] = 0
+                self._probing.add(key)
                 return 1
         return k
 
@@ -142,9 +150,22 @@ class DraftController:
         if k_max <= 0:
             return 1.0
         e = self.acceptance.expected_tokens(key, k_max)
-        c = self._step_costs(k_max, per_token_seconds)
+        c = self._step_costs(k_max, 0.0, per_token_seconds)
         return float(np.max(e / c) * c[0])
 
     def record(self, key: str, k: int, n_accepted: int, n_evaluated: int, seconds: float) -> None:
         self.acceptance.record(key, k, n_accepted)
         self.cost.observe(n_evaluated, seconds)
+        self._probed(key, n_accepted > 0)
+
+    def record_nothing(self, key: str) -> None:
+        """A model drafter was asked and proposed nothing (it was unsure): as
+        costly as a rejected token, so it is learned like one."""
+        self.acceptance.record(key, 1, 0)
+        self._probed(key, False)
+
+    def _probed(self, key: str, success: bool) -> None:
+        if key in self._probing:
+            self._probing.discard(key)
+            interval = self._interval.get(key, self.explore_every)
+            self._interval[key] = self.explore_every if success else min(2 * interval, self.max_explore_every)

@@ -172,6 +172,8 @@ class Engine:
                         m0 = drafter.model_seconds
                         draft = drafter.propose(history, k_cap)
                         st.drafter_model_s += drafter.model_seconds - m0
+                        if drafter.model_key is not None and not len(draft):
+                            ctl.record_nothing(drafter.model_key)
                     if len(draft):
                         draft = draft.truncated(ctl.choose(draft.key, len(draft)))
                     st.draft_s += time.perf_counter() - t0

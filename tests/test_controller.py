@@ -69,3 +69,16 @@ def test_the_engine_asks_a_model_drafter_only_when_drafting_pays():
     out = list(Engine(backend, drafter, controller=c, calibrate=False).generate(list(b"go"), 200))
     assert out == [ord("a")] * 200
     assert drafter.asked <= 200 // c.explore_every + 1  # only the rare probes
+
+
+def test_failed_probes_get_rarer_and_a_success_restores_them():
+    c = controller_with_costs({1: 1.0, 2: 2.0, 9: 9.0})
+    probes = []
+    for step in range(32 + 64 + 128):
+        if c.choose("model", 4) == 1:
+            probes.append(step)
+            c.record_nothing("model")  # asked, and it had nothing worth drafting
+    assert probes == [31, 31 + 64, 31 + 64 + 128]
+    c._probing.add("model")
+    c.record("model", 1, 1, 2, 2.0)  # a probe that was accepted
+    assert c._interval["model"] == c.explore_every

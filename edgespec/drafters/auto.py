@@ -59,6 +59,8 @@ class AutoDrafter(Drafter):
                 draft = m.propose(history, k_m)
                 if len(draft):
                     best, best_score, source = draft, gain, m.name
+                else:
+                    ctl.record_nothing(m.model_key)
         if source:
             self.chosen[source] = self.chosen.get(source, 0) + 1
         return best
