@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from edgespec.backend import Backend, Tokenizer
+from edgespec.errors import ContextOverflowError
 from edgespec.runtimes.reference import ByteTokenizer, ReferenceBackend, ReferenceModel
 
 MERGES = [b"th", b"he", b"the", b" t", b" the", b"in", b"er", b"an", b"e ", b"s ", b", ", b". ", b"on", b"re",
@@ -96,6 +97,8 @@ class MergedVocabBackend(Backend):
         return list(tok.pieces[t])
 
     def eval(self, ids: Sequence[int], n_logits: int | None = None) -> np.ndarray:
+        if self.n_past + len(ids) > self.n_ctx:
+            raise ContextOverflowError(f"context full: {self.n_past} + {len(ids)} tokens exceed {self.n_ctx}")
         rows = []
         for t in ids:
             b = self._bytes(int(t))

@@ -134,3 +134,15 @@ def test_chat_turns_keep_the_drafters_view_in_step(model):
     other = tok.encode(PROMPTS[3])
     assert list(engine.generate(other, 24)) == list(Engine(ReferenceBackend(model)).generate(other, 24))
     assert drafter._fed[: len(other)] == other
+
+
+def test_a_history_longer_than_the_drafters_context_is_not_drafted_for(model):
+    """Another vocabulary may spell the same text in more tokens than the drafter holds."""
+    target = ReferenceBackend(model)
+    small = MergedVocabBackend(model)
+    small.n_ctx = 40
+    drafter = CrossVocabDrafter(small, target.tokenizer, p_min=0.0)
+    prompt = target.tokenizer.encode(PROMPTS[0] * 2)  # far more than 40 drafter tokens
+    engine = Engine(target, drafter, controller=always_draft(), calibrate=False)
+    assert list(engine.generate(prompt, 16)) == list(Engine(ReferenceBackend(model)).generate(prompt, 16))
+    assert engine.last_stats.drafted == 0

@@ -78,7 +78,10 @@ class ModelDrafter(Drafter):
         keep = common_prefix(self._cached, history[:-1])
         self.backend.rollback(keep)
         self._cached = self._cached[:keep]
-        if len(history) - 1 > keep:  # prefill the prompt now, so the first step pays only for drafting
+        # prefill the prompt now, so the first step pays only for drafting; a history
+        # longer than the drafter's context (another vocabulary may spell it in more
+        # tokens) is not drafted for at all (propose returns nothing)
+        if keep < len(history) - 1 and len(history) + self.max_draft <= self.backend.n_ctx:
             self._eval(history[keep:-1])
             self._cached = list(history[:-1])
 
