@@ -182,7 +182,6 @@ def run_bench(
                           + ", ".join(f"{n}: {t / cost[1]:.2f}" for n, t in sorted(cost.items())), highlight=False)
 
     runs: dict[tuple[str, str], list[Run]] = defaultdict(list)
-    runs_in_order: dict[str, list[Run]] = defaultdict(list)
     identical: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # (method, category) -> [same, runs]
     from rich.progress import Progress
 
@@ -194,7 +193,6 @@ def run_bench(
                 bar.update(task, description=f"{cat}: {name}")
                 r = run(ids, max_tokens)
                 runs[(name, cat)].append(r)
-                runs_in_order[name].append(r)
                 if name == PLAIN:
                     plain_tokens = r.tokens
                 elif plain_tokens is not None:
@@ -205,6 +203,19 @@ def run_bench(
 
     rows = []
     cats = list(dict.fromkeys(c for c, _ in encoded))
+    # the oracle replays each prompt's plain output once: [plain, oracle] time per category
+    oracle: dict[str, list[float]] = {}
+    if es:
+        from .oracle import lookup_oracle_time
+
+        costs = next(iter(es.values())).llm.engine.controller.cost.costs()
+        for cat in cats:
+            ids_of = [ids for c, ids in encoded if c == cat]  # runs[(PLAIN, cat)] is in this order
+            t = oracle.setdefault(cat, [0.0, 0.0])
+            for ids, r in zip(ids_of, runs[(PLAIN, cat)]):
+                t[0] += max(len(r.tokens) - 1, 0) * costs[1]
+                t[1] += lookup_oracle_time(ids, r.tokens, costs)
+        oracle["all"] = [sum(t[0] for t in oracle.values()), sum(t[1] for t in oracle.values())]
     for cat in cats + ["all"]:
         def agg(name: str) -> tuple[int, float, int, int, float, list, int]:
             rs = [r for (n, c), lst in runs.items() for r in lst if n == name and (cat == "all" or c == cat)]
@@ -250,28 +261,22 @@ def run_bench(
                 # which kind of draft the accepted tokens came from (the hybrid mixes them)
                 "by_drafter": {k: {"drafted": dr, "accepted": ac} for k, (dr, ac) in sorted(keys.items())},
             })
-        if es:
-            rows.append(_oracle_row(cat, plain_tps, [
-                (ids, r.tokens) for (c, ids), r in zip(encoded, runs_in_order[PLAIN]) if cat in (c, "all")],
-                next(iter(es.values())).llm.engine.controller.cost.costs()))
+        if cat in oracle:
+            rows.append(_oracle_row(cat, plain_tps, *oracle[cat], ptoks))
     return rows
 
 
 ORACLE = "oracle:lookup"
 
 
-def _oracle_row(cat: str, plain_tps: float, pairs: list[tuple[list[int], list[int]]], costs) -> dict:
+def _oracle_row(cat: str, plain_tps: float, plain_time: float, oracle_time: float, tokens: int) -> dict:
     """What prompt lookup would reach with a controller that knows how many tokens
     each proposal gets accepted, on this run's own plain output and batch costs."""
-    from .oracle import lookup_oracle_time
-
-    plain = sum(max(len(out) - 1, 0) for _, out in pairs) * costs[1]
-    oracle = sum(lookup_oracle_time(ids, out, costs) for ids, out in pairs)
-    ratio = plain / oracle if oracle else None
+    ratio = plain_time / oracle_time if oracle_time else None
     return {"drafter": ORACLE, "category": cat,
             "tokens_per_s": round(plain_tps * ratio, 3) if ratio else 0.0, "acceptance_rate": None,
             "ratio_to_plain": round(ratio, 3) if ratio else None, "overhead_ms_per_token": None,
-            "tokens": sum(len(out) for _, out in pairs), "mean_accepted": None, "acceptance_by_position": [],
+            "tokens": tokens, "mean_accepted": None, "acceptance_by_position": [],
             "identical_to_plain": None, "drafter_step_ms": None, "by_drafter": {},
             "note": "upper bound: plain output replayed with perfect knowledge of acceptance"}
 

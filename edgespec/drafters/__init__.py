@@ -69,27 +69,27 @@ def _model_drafter(name: str, target: Tokenizer, n_ctx: int, threads: int | None
 
     path = check_drafter(name)
     backend = open_backend(path, n_ctx=n_ctx, threads=threads)
-    if not same_vocabulary(backend, target):
-        if getattr(backend, "vocab_map", None) is not None:
-            backend.close()
-            raise DrafterError(f"drafter {name} is VocabTrim'd from another vocabulary than the target's: "
-                               "trim a drafter of the target's own vocabulary, or use the untrimmed model")
-        try:
-            return CrossVocabDrafter(backend, target)
-        except DrafterError as e:
-            backend.close()
-            raise DrafterError(f"drafter {name}: {e}") from None
-    return ModelDrafter(backend)
+    drafter = ModelDrafter(backend)
+    if same_vocabulary(drafter, target):
+        return drafter
+    if drafter.vocab_map is not None:
+        backend.close()
+        raise DrafterError(f"drafter {name} is VocabTrim'd from another vocabulary than the target's: "
+                           "trim a drafter of the target's own vocabulary, or use the untrimmed model")
+    try:
+        return CrossVocabDrafter(backend, target)
+    except DrafterError as e:
+        backend.close()
+        raise DrafterError(f"drafter {name}: {e}") from None
 
 
-def same_vocabulary(backend, target: Tokenizer) -> bool:
+def same_vocabulary(drafter: ModelDrafter, target: Tokenizer) -> bool:
     """True if each drafter token names the same bytes as the target id it stands for
     (a GGUF trimmed by VocabTrim numbers its tokens by row of the id map)."""
-    vocab_map = getattr(backend, "vocab_map", None)
+    backend = drafter.backend
     rows = np.arange(backend.tokenizer.n_vocab)
-    ids = vocab_map if getattr(backend, "inputs_trimmed", False) else rows
-    target_vocab = int(vocab_map.max()) + 1 if vocab_map is not None else backend.n_vocab
+    ids = drafter.vocab_map if getattr(backend, "inputs_trimmed", False) else rows
     sample = np.unique(np.concatenate([rows[:2000], rows[:: max(1, len(rows) // 2000)]]))
-    return not (target_vocab > target.n_vocab or int(ids.max()) >= target.n_vocab or any(
+    return not (drafter.target_vocab > target.n_vocab or int(ids.max()) >= target.n_vocab or any(
         backend.tokenizer.token_bytes(int(r)) != target.token_bytes(int(ids[r])) for r in sample
         if not backend.tokenizer.is_special(int(r))))

@@ -28,7 +28,6 @@ class AutoDrafter(Drafter):
         self.free = [d for d in self.drafters if d.model_key is None]
         self.models = [d for d in self.drafters if d.model_key is not None]
         self.controller = controller
-        self.chosen: dict[str, int] = {}  # drafter name -> steps its proposal was taken
 
     def begin(self, history: Sequence[int]) -> None:
         # a model member reads the prompt now, as part of prompt processing: caught
@@ -42,13 +41,13 @@ class AutoDrafter(Drafter):
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
         ctl = self.controller
-        best, best_score, source = EMPTY, 1.0, ""
+        best, best_score = EMPTY, 1.0
         for d in self.free:
             draft = d.propose(history, k)
             if len(draft):
                 s = ctl.expected_gain(draft.key, len(draft))
                 if s > best_score or best is EMPTY:
-                    best, best_score, source = draft, s, d.name
+                    best, best_score = draft, s
         for m in self.models:
             assert m.model_key is not None
             k_m = ctl.choose(m.model_key, k, m.sync_seconds, m.cost_per_token)
@@ -58,11 +57,9 @@ class AutoDrafter(Drafter):
             if best is EMPTY or gain > best_score:
                 draft = m.propose(history, k_m)
                 if len(draft):
-                    best, best_score, source = draft, gain, m.name
+                    best, best_score = draft, gain
                 else:
                     ctl.record_nothing(m.model_key)
-        if source:
-            self.chosen[source] = self.chosen.get(source, 0) + 1
         return best
 
     def observe(self, history: Sequence[int], inputs: Sequence[int], logits: np.ndarray) -> None:
