@@ -21,7 +21,9 @@ from .backend import Backend
 from .controller import DraftController
 from .drafters import make_drafter
 from .engine import Engine
-from .errors import EdgespecError
+from .errors import ContextOverflowError, EdgespecError
+from .footprint import peak_rss, process_rss
+from .planner import Plan, make_plan
 from .stats import GenerationStats
 from .verifier import SamplingParams
 
@@ -75,6 +77,11 @@ class EdgeSpec:
 
     `model` is a model-store name (fetched on first use), a path to a .gguf file
     (llama.cpp) or to an ONNX export folder (ONNX Runtime), or a ready Backend.
+
+    `memory_budget` (bytes, or text such as "900MB" or "1.5GB") covers the whole
+    process: the planner picks context, KV cache type, drafter and draft length to
+    fit it (see `plan`), and refuses with the minimum when nothing fits. `footprint()`
+    reports the live memory against the plan.
     """
 
     def __init__(
@@ -86,23 +93,38 @@ class EdgeSpec:
         max_draft: int = 16,
         fetch: bool = True,
         quiet: bool = False,
+        memory_budget: int | str | None = None,
     ) -> None:
+        self.plan: Plan | None = None
         if isinstance(model, Backend):
+            if memory_budget is not None:
+                raise EdgespecError("a memory budget is planned before loading: pass a model name or path, not a Backend")
             self.backend = model
         else:
             from .runtimes import open_backend
             from .store import resolve
 
             path = resolve(model, fetch_missing=fetch, quiet=quiet)
-            self.backend = open_backend(path, n_ctx=n_ctx, threads=threads)
+            self.plan = make_plan(path, drafter, n_ctx, max_draft, memory_budget)
+            if self.plan is not None:
+                n_ctx, drafter = self.plan.n_ctx, self.plan.drafter
+                max_draft = self.plan.max_draft or max_draft
+            opts = self.plan.backend_options() if self.plan is not None and self.plan.budget is not None else {}
+            self.backend = open_backend(path, n_ctx=n_ctx, threads=threads, **opts)
         if getattr(self.backend, "vocab_map", None) is not None:
             self.backend.close()
             raise EdgespecError(f"{model} has a trimmed vocabulary (VocabTrim): it can draft, not be the target")
         self.model_name = model if isinstance(model, str) else self.backend.name
         self.tokenizer = self.backend.tokenizer
-        controller = DraftController(max_k=max_draft)
+        controller = DraftController(max_k=max_draft)  # the plan's bound: no batch asks for more logits
         self.drafter_name = drafter
-        self.drafter = make_drafter(drafter, self.tokenizer.n_vocab, controller, self.tokenizer, n_ctx, threads)
+        opts = self.plan.backend_options() if self.plan is not None and self.plan.budget is not None else None
+        try:
+            self.drafter = make_drafter(drafter, self.tokenizer.n_vocab, controller, self.tokenizer, n_ctx, threads,
+                                        opts)
+        except BaseException:
+            self.backend.close()
+            raise
         self.engine = Engine(self.backend, self.drafter, controller=controller)
         self._active: threading.Event | None = None
 
@@ -203,6 +225,24 @@ class EdgeSpec:
     def chat(self, messages: Sequence[Message], **kw) -> Completion:
         return _drain(self.chat_stream(messages, **kw))
 
+    def fit_messages(self, messages: list[Message], max_tokens: int, keep: int = 0) -> tuple[list[int], int]:
+        """Token ids of a conversation that fits the context with room for an answer
+        (up to `max_tokens`, or a quarter of the context), dropping the oldest
+        user/assistant pairs after the first `keep` messages (a system message) in
+        place. Returns (ids, pairs dropped). A long chat so stays inside the
+        context, and so inside the memory plan."""
+        n_ctx = self.backend.n_ctx
+        dropped = 0
+        while True:
+            ids = self.chat_ids(messages)
+            if len(ids) + min(max_tokens, n_ctx // 4) <= n_ctx or len(messages) <= keep + 1:
+                break
+            del messages[keep : keep + 2]
+            dropped += 1
+        if len(ids) >= n_ctx:
+            raise ContextOverflowError(f"the message is {len(ids)} tokens; the context holds {n_ctx}")
+        return ids, dropped
+
     def cancel(self) -> None:
         """Stop the generation in progress, from any thread."""
         if self._active is not None:
@@ -221,6 +261,17 @@ class EdgeSpec:
         if self.drafter is not None:
             mem["drafter"] = self.drafter.memory()
         return mem
+
+    def footprint(self) -> dict:
+        """The process's memory now and at its peak (psutil; VmHWM), against the
+        plan's prediction and the budget: what a desktop app shows."""
+        now = process_rss()
+        return {
+            **now,
+            "peak": peak_rss(),
+            "predicted": self.plan.footprint.total if self.plan is not None else None,
+            "budget": self.plan.budget if self.plan is not None else None,
+        }
 
     def close(self) -> None:
         self.backend.close()

@@ -35,6 +35,9 @@ DrafterOpt = typer.Option("auto", "--drafter", "-d",
 CtxOpt = typer.Option(4096, "--ctx", help="Context size in tokens.")
 ThreadsOpt = typer.Option(None, "--threads", "-t", help="CPU threads (default: physical cores).")
 MaxDraftOpt = typer.Option(16, "--max-draft", help="Upper bound on draft tokens per step.")
+BudgetOpt = typer.Option(None, "--memory-budget", "-b",
+                         help="Keep the whole process under this much memory, e.g. 900MB or 1.5GB: context, KV cache "
+                              "type, drafter and draft length are planned to fit.")
 
 
 def _fail(message: str, code: int = 1) -> None:
@@ -58,7 +61,7 @@ def user_errors(fn: Callable) -> Callable:
     return wrapper
 
 
-def _load(model: str, drafter: str, ctx: int, threads: Optional[int], max_draft: int):
+def _load(model: str, drafter: str, ctx: int, threads: Optional[int], max_draft: int, budget: Optional[str] = None):
     from .api import EdgeSpec
     from .drafters import check_drafter
     from .store import resolve
@@ -66,7 +69,12 @@ def _load(model: str, drafter: str, ctx: int, threads: Optional[int], max_draft:
     check_drafter(drafter)  # reject an unknown drafter before loading the target
     path = resolve(model)  # fetches with a progress bar on first use
     with err.status(f"loading {model}…") as status:
-        llm = EdgeSpec(str(path), drafter=drafter, n_ctx=ctx, threads=threads, max_draft=max_draft)
+        llm = EdgeSpec(str(path), drafter=drafter, n_ctx=ctx, threads=threads, max_draft=max_draft,
+                       memory_budget=budget)
+        if budget is not None:
+            err.print(f"[dim]memory plan: {llm.plan.summary()}[/]", highlight=False)
+            for note in llm.plan.notes:
+                err.print(f"[dim]  {note}[/]", highlight=False)
         if llm.drafter is not None:
             status.update("timing batch sizes on this machine (cached after the first run)…")
             llm.engine.calibrate()
@@ -90,6 +98,7 @@ def generate(
     ctx: int = CtxOpt,
     threads: Optional[int] = ThreadsOpt,
     max_draft: int = MaxDraftOpt,
+    memory_budget: Optional[str] = BudgetOpt,
 ) -> None:
     """Complete a prompt.
 
@@ -97,7 +106,7 @@ def generate(
     """
     if prompt == "-":
         prompt = sys.stdin.read()
-    llm = _load(model, drafter, ctx, threads, max_draft)
+    llm = _load(model, drafter, ctx, threads, max_draft, memory_budget)
     kw = dict(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     ids = llm.chat_ids([{"role": "user", "content": prompt}]) if chat else llm.tokenize(prompt)
     stream = llm.stream_ids(ids, **kw)
@@ -125,15 +134,17 @@ def chat(
     ctx: int = CtxOpt,
     threads: Optional[int] = ThreadsOpt,
     max_draft: int = MaxDraftOpt,
+    memory_budget: Optional[str] = BudgetOpt,
 ) -> None:
-    """Chat in the terminal. Commands: /reset, /stats, /quit.
+    """Chat in the terminal. Commands: /reset, /stats, /memory, /quit.
 
     With no options it runs on the default model, fetched on first use.
+    Example: edgespec chat -m smollm2-135m --memory-budget 400MB
     """
-    llm = _load(model, drafter, ctx, threads, max_draft)
+    llm = _load(model, drafter, ctx, threads, max_draft, memory_budget)
     base = [{"role": "system", "content": system}] if system else []
     messages = list(base)
-    err.print(f"[dim]edgespec chat · {llm.model_name} · drafter {drafter} · /reset /stats /quit[/]", highlight=False)
+    err.print(f"[dim]edgespec chat · {llm.model_name} · drafter {llm.drafter_name} · /reset /stats /memory /quit[/]", highlight=False)
     while True:
         try:
             line = input("> ")
@@ -155,9 +166,14 @@ def chat(
         if text == "/stats":
             err.print_json(json.dumps(llm.last_stats.to_dict()))
             continue
+        if text == "/memory":
+            err.print_json(json.dumps(llm.footprint()))
+            continue
         messages.append({"role": "user", "content": line})
         try:
-            ids = _fit_context(llm, messages, len(base), max_tokens)
+            ids, dropped = llm.fit_messages(messages, max_tokens, keep=len(base))
+            if dropped:
+                err.print(f"[dim](the oldest {dropped} turn(s) dropped to fit the context)[/]")
         except EdgespecError as e:
             messages.pop()
             err.print(f"[bold red]error:[/] {e}; the message was not sent, the chat goes on", highlight=False)
@@ -174,20 +190,6 @@ def chat(
         sys.stdout.write("\n")
         messages.append({"role": "assistant", "content": stream.completion.text})
         err.print(f"[dim]{stream.completion.stats.summary()}[/]", highlight=False)
-
-
-def _fit_context(llm, messages: list[dict], n_fixed: int, max_tokens: int) -> list[int]:
-    """Token ids of the conversation, dropping the oldest turns when it outgrows the context."""
-    n_ctx = llm.backend.n_ctx
-    while True:
-        ids = llm.chat_ids(messages)
-        if len(ids) + min(max_tokens, n_ctx // 4) <= n_ctx or len(messages) <= n_fixed + 1:
-            break
-        del messages[n_fixed : n_fixed + 2]  # oldest user/assistant pair
-        err.print("[dim](oldest turn dropped to fit the context)[/]")
-    if len(ids) >= n_ctx:
-        raise ContextOverflowError(f"the message is {len(ids)} tokens; the context holds {n_ctx}")
-    return ids
 
 
 @app.command()
@@ -219,6 +221,67 @@ def bench(
     if json_path:
         json_path.write_text(json.dumps(rows, indent=2))
         err.print(f"[dim]wrote {json_path}[/]")
+
+
+@app.command()
+@user_errors
+def profile(
+    model: str = typer.Argument(DEFAULT_MODEL, help="Model-store name or .gguf file."),
+    drafter: str = DrafterOpt,
+    memory_budget: Optional[str] = BudgetOpt,
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="JSONL workload (default: the bench prompts)."),
+    category: Optional[str] = typer.Option("code", "--category", help="Only prompts of this category ('' for all)."),
+    limit: Optional[int] = typer.Option(2, "--limit", help="Prompts per category."),
+    max_tokens: int = typer.Option(128, "--max-tokens", "-n", min=1),
+    sweep_budgets: bool = typer.Option(False, "--sweep", help="Also run under a range of budgets, from plain "
+                                       "decoding's footprint up, each in a fresh process: speed-up against budget."),
+    budgets: Optional[str] = typer.Option(None, "--budgets", help="Comma-separated budgets for --sweep "
+                                          "(default: plain decoding's footprint x 1.0, 1.05, 1.1, 1.25, 1.5)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
+    plot_path: Optional[Path] = typer.Option(None, "--plot", help="Plot memory over time (and the sweep) to a PNG."),
+    ctx: int = CtxOpt,
+    threads: Optional[int] = ThreadsOpt,
+    max_draft: int = MaxDraftOpt,
+    quiet: bool = typer.Option(False, "--quiet", hidden=True),
+) -> None:
+    """Run a workload with memory sampled over time; print predicted against measured memory.
+
+    Example: edgespec profile qwen2.5-coder-1.5b --memory-budget 1.5GB --sweep --plot memory.png
+    """
+    from .bench import load_prompts
+    from .profile import plot, print_profile, print_sweep, run_profile, sweep
+
+    rows = [p for p in load_prompts(prompts, None) if not category or p["category"] == category]
+    if not rows:
+        _fail(f"no prompts of category {category!r}")
+    per: dict[str, int] = {}
+    rows = [p for p in rows if (per.__setitem__(p["category"], per.get(p["category"], 0) + 1)
+                                or per[p["category"]] <= (limit or len(rows)))]
+    console = err if quiet else out
+    r = run_profile(model, drafter, memory_budget, ctx, threads, max_draft, max_tokens, rows)
+    result: dict = {"run": r}
+    if not quiet:
+        print_profile(r, console)
+    if sweep_budgets:
+        from .footprint import ModelFacts, fmt_bytes, process_rss
+        from .planner import plain_footprint
+        from .runtimes import model_file
+        from .store import resolve
+
+        if budgets:
+            levels: list = [b.strip() for b in budgets.split(",") if b.strip()]
+        else:
+            base = plain_footprint(ModelFacts.from_gguf(model_file(resolve(model))), ctx, process_rss()["rss"])
+            out.print(f"plain decoding's footprint at context {ctx}: {fmt_bytes(base)}", highlight=False)
+            levels = [f"{int(base * f)}" for f in (1.0, 1.05, 1.1, 1.25, 1.5)]
+        result["sweep"] = sweep(model, drafter, [None, *levels], ctx, threads, max_draft, max_tokens, prompts,
+                                limit, err, category)
+        print_sweep(result["sweep"], out)
+    if json_path:
+        json_path.write_text(json.dumps(result if sweep_budgets else r))
+    if plot_path:
+        plot(plot_path, r, result.get("sweep"))
+        console.print(f"[dim]wrote {plot_path}[/]")
 
 
 @app.command()

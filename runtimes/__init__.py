@@ -23,13 +23,17 @@ def model_file(path: str | os.PathLike) -> Path:
     raise ModelError(f"{p} holds no model.onnx or single .gguf file")
 
 
-def open_backend(path: str | os.PathLike, n_ctx: int = 4096, threads: int | None = None) -> Backend:
-    """The backend that runs this model: ONNX exports on ONNX Runtime, GGUF on llama.cpp."""
+def open_backend(path: str | os.PathLike, n_ctx: int = 4096, threads: int | None = None, **llama_options) -> Backend:
+    """The backend that runs this model: ONNX exports on ONNX Runtime, GGUF on llama.cpp.
+
+    `llama_options` (kv_type, n_batch, load: a memory plan's choices) go to llama.cpp."""
     f = model_file(path)
     if f.suffix.lower() == ".onnx":
+        if llama_options:
+            raise ModelError(f"{f} is an ONNX model: memory plans ({', '.join(llama_options)}) apply to GGUF models")
         from .onnxruntime import OnnxBackend
 
         return OnnxBackend(f, n_ctx=n_ctx, n_threads=threads)
     from .llamacpp import LlamaCppBackend
 
-    return LlamaCppBackend(f, n_ctx=n_ctx, n_threads=threads)
+    return LlamaCppBackend(f, n_ctx=n_ctx, n_threads=threads, **llama_options)

@@ -38,6 +38,7 @@ def _log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
 
 
 _backend_ready = False
+_KV_GGML_TYPE = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml.h: GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0
 
 
 def _init_backend() -> None:
@@ -121,9 +122,20 @@ class LlamaCppBackend(Backend):
         n_batch: int = 512,
         n_gpu_layers: int = 0,
         flash_attn: bool = False,
+        kv_type: str = "f16",
+        load: str = "mmap",
     ) -> None:
         """flash_attn defaults to off, as in llama-cpp-python's `Llama`, so plain
-        greedy output here is token for token what its users get."""
+        greedy output here is token for token what its users get. A quantized KV
+        cache (`kv_type` q8_0 or q4_0) turns it on: llama.cpp needs it for a
+        quantized V. `load="read"` copies the weights into memory instead of
+        mapping the file: where llama.cpp repacks weights, mapping holds them twice
+        (see footprint.py)."""
+        if kv_type not in _KV_GGML_TYPE:
+            raise ValueError(f"unknown KV cache type {kv_type!r}; choose one of {', '.join(_KV_GGML_TYPE)}")
+        if load not in ("mmap", "read"):
+            raise ValueError(f"unknown load mode {load!r}; choose mmap or read")
+        flash_attn = flash_attn or kv_type != "f16"
         _init_backend()
         self.path = Path(model_path)
         self._model = None
@@ -131,6 +143,8 @@ class LlamaCppBackend(Backend):
         self._batch = None
         mp = ll.llama_model_default_params()
         mp.n_gpu_layers = n_gpu_layers
+        mp.load_mode = ll.LLAMA_LOAD_MODE_MMAP if load == "mmap" else ll.LLAMA_LOAD_MODE_NONE
+        self.kv_type, self.load = kv_type, load
         self._model = ll.llama_model_load_from_file(str(self.path).encode(), mp)
         if not self._model:
             raise ModelError(f"llama.cpp could not load {self.path} (corrupt, truncated or unsupported model)")
@@ -148,6 +162,7 @@ class LlamaCppBackend(Backend):
         cp.n_threads = self.n_threads
         cp.n_threads_batch = self.n_threads
         cp.no_perf = True
+        cp.type_k = cp.type_v = _KV_GGML_TYPE[kv_type]
         cp.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
         self._ctx = ll.llama_init_from_model(self._model, cp)
         if not self._ctx:
@@ -226,11 +241,13 @@ class LlamaCppBackend(Backend):
             cpu = platform.processor()
         info = ll.llama_print_system_info().decode(errors="replace")
         return "|".join(map(str, [self.path.resolve(), st.st_size, st.st_mtime_ns, self.n_threads, self.n_batch,
-                                  self.flash_attn, ll.__version__, info, cpu, platform.node()]))
+                                  self.flash_attn, self.kv_type, self.load, ll.__version__, info, cpu, platform.node()]))
 
     def kv_bytes_per_token(self) -> int:
+        from ..footprint import KV_TYPES
+
         head_dim = self.n_embd // max(1, self.n_head)
-        return self.n_layer * 2 * self.n_head_kv * head_dim * 2  # K and V, f16
+        return int(self.n_layer * 2 * self.n_head_kv * head_dim * KV_TYPES[self.kv_type])  # K and V
 
     def memory(self) -> dict[str, int]:
         return {

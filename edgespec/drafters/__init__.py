@@ -24,7 +24,7 @@ __all__ = ["Draft", "Drafter", "PromptLookupDrafter", "NGramCacheDrafter", "Toke
 
 
 def make_drafter(name: str, n_vocab: int, controller: DraftController, target_tokenizer: Tokenizer | None = None,
-                 n_ctx: int = 4096, threads: int | None = None) -> Drafter | None:
+                 n_ctx: int = 4096, threads: int | None = None, backend_options: dict | None = None) -> Drafter | None:
     """A drafter by name, None for plain decoding. Besides the model-free names, a
     model-store name, .gguf file or export folder makes a model drafter: of the
     target's vocabulary (VocabTrim'd is fine) or, through text, of another one.
@@ -42,11 +42,11 @@ def make_drafter(name: str, n_vocab: int, controller: DraftController, target_to
         if name.startswith(HYBRID):
             if target_tokenizer is None:
                 raise DrafterError("a hybrid drafter needs the target's tokenizer")
-            members.append(_model_drafter(name[len(HYBRID):], target_tokenizer, n_ctx, threads))
+            members.append(_model_drafter(name[len(HYBRID):], target_tokenizer, n_ctx, threads, backend_options))
         return AutoDrafter(members, controller)
     if target_tokenizer is None:
         raise DrafterError(f"unknown drafter {name!r}; choose one of: {', '.join(MODEL_FREE)}")
-    return _model_drafter(name, target_tokenizer, n_ctx, threads)
+    return _model_drafter(name, target_tokenizer, n_ctx, threads, backend_options)
 
 
 def check_drafter(name: str):
@@ -64,11 +64,12 @@ def check_drafter(name: str):
         raise DrafterError(f"unknown drafter {name!r}: not one of {', '.join(MODEL_FREE)}, and {e}") from None
 
 
-def _model_drafter(name: str, target: Tokenizer, n_ctx: int, threads: int | None) -> Drafter:
+def _model_drafter(name: str, target: Tokenizer, n_ctx: int, threads: int | None,
+                   backend_options: dict | None = None) -> Drafter:
     from ..runtimes import open_backend
 
     path = check_drafter(name)
-    backend = open_backend(path, n_ctx=n_ctx, threads=threads)
+    backend = open_backend(path, n_ctx=n_ctx, threads=threads, **(backend_options or {}))
     drafter = ModelDrafter(backend)
     if same_vocabulary(drafter, target):
         return drafter

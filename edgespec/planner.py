@@ -1,0 +1,270 @@
+"""The planner: given a memory budget, the configuration to run (SpecMemo-style).
+
+It searches context size, KV cache type, micro-batch, weight loading, drafter
+and draft length over the memory model (footprint.py) and keeps the best that
+fits: an unquantized KV cache first (a quantized one changes the model's own
+output), then the context the user asked for (a conversation needs it), then the
+drafter asked for before its fallbacks. The draft length is the largest that
+fits, because the controller only shortens drafts that do not pay; the predicted
+speed-up is reported beside the plan.
+Pure: no model is loaded, so it is tested without one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from .errors import EdgespecError
+from .footprint import KV_QUALITY, Footprint, ModelConfig, ModelFacts, fmt_bytes, predict
+
+MIN_CTX = 256
+BATCHES = (512, 128, 64)
+# Prior acceptance per drafted token, before anything is measured. Model-free drafts
+# are accepted less often than a model's; both are the bench's order of magnitude on
+# this project's prompts (see README, "Measured"); the engine learns the real rates.
+PRIOR_ACCEPT = {"model": 0.7, "free": 0.6}
+# A k-token verification costs about this much more than one token per extra token
+# where nothing was measured (the bench's calibration curve replaces it).
+DEFAULT_BATCH_SLOPE = 0.25
+
+
+class BudgetError(EdgespecError):
+    """A memory budget too small for what was asked."""
+
+
+@dataclass
+class Plan:
+    budget: int | None
+    n_ctx: int
+    kv_type: str
+    n_batch: int
+    load: str
+    drafter: str
+    max_draft: int
+    footprint: Footprint
+    speedup: float  # predicted over plain decoding with the same configuration
+    minimum: int  # the least plain decoding needs
+    minimum_speculative: int  # the least needed to speculate at all
+    notes: list[str] = field(default_factory=list)
+    target: ModelFacts | None = None
+    drafter_model: ModelFacts | None = None
+
+    def config(self, prefill: int | None = None) -> ModelConfig:
+        """The target's configuration; `prefill` narrows the attention-score bound
+        from a full context to a known workload's longest prompt."""
+        return ModelConfig(n_ctx=self.n_ctx, kv_type=self.kv_type, n_batch=self.n_batch, load=self.load,
+                           flash_attn=self.flash_attn, max_outputs=self.max_draft + 1 if self.drafter != "none" else 1,
+                           prefill=self.n_ctx if prefill is None else prefill)
+
+    def predict(self, prefill: int | None = None, baseline: int | None = None) -> Footprint:
+        """The footprint of this plan for a workload whose prompts reach `prefill` tokens."""
+        assert self.target is not None
+        return predict(self.target, self.config(prefill), self.drafter,
+                       self.drafter_model if uses_model(self.drafter) else None,
+                       baseline=self.footprint.baseline if baseline is None else baseline)
+
+    @property
+    def flash_attn(self) -> bool:
+        return self.kv_type != "f16"
+
+    def backend_options(self) -> dict:
+        """Keyword arguments for LlamaCppBackend (target and drafter model alike)."""
+        return {"kv_type": self.kv_type, "n_batch": self.n_batch, "load": self.load}
+
+    def to_dict(self) -> dict:
+        return {
+            "budget": self.budget, "n_ctx": self.n_ctx, "kv_type": self.kv_type, "n_batch": self.n_batch,
+            "load": self.load, "flash_attn": self.flash_attn, "drafter": self.drafter, "max_draft": self.max_draft,
+            "predicted": self.footprint.to_dict(), "predicted_speedup": round(self.speedup, 3),
+            "minimum": self.minimum, "minimum_speculative": self.minimum_speculative, "notes": self.notes,
+        }
+
+    def summary(self) -> str:
+        b = f"budget {fmt_bytes(self.budget)}" if self.budget else "no budget"
+        return (f"{b}: context {self.n_ctx}, KV {self.kv_type}, batch {self.n_batch}, weights {self.load}, "
+                f"drafter {self.drafter}" + (f", up to {self.max_draft} draft tokens" if self.max_draft else "")
+                + "; predicted "
+                f"{fmt_bytes(self.footprint.total)}")
+
+
+def drafter_candidates(drafter: str) -> list[str]:
+    """What to fall back to, in order, when the requested drafter does not fit."""
+    if drafter == "none":
+        return ["none"]
+    if drafter in ("lookup", "ngram", "recycle", "auto"):
+        return [drafter, "none"]
+    return [drafter, "auto", "none"]  # a model drafter or the hybrid auto+MODEL
+
+
+def uses_model(drafter: str) -> bool:
+    return drafter not in ("none", "lookup", "ngram", "recycle", "auto")
+
+
+def predicted_speedup(drafter: str, k: int, target: ModelFacts, drafter_model: ModelFacts | None,
+                      batch_costs: Sequence[float] | None = None) -> float:
+    """Expected tokens per step over the step's cost, in plain-decoding steps.
+
+    Acceptance is a prior (PRIOR_ACCEPT); a drafted token of a model costs its
+    weights' share of the target's (decoding is memory-bound); batch_costs[n] is
+    the cost of verifying n tokens relative to one (measured by calibration)."""
+    if drafter == "none" or k <= 0:
+        return 1.0
+    model = uses_model(drafter) and drafter_model is not None
+    a = PRIOR_ACCEPT["model" if model else "free"]
+    c = drafter_model.tensor_bytes / max(1, target.tensor_bytes) if model else 0.0
+    best = 1.0
+    for j in range(1, k + 1):
+        tokens = (1 - a ** (j + 1)) / (1 - a)
+        if batch_costs is not None and len(batch_costs) > j + 1:
+            verify = batch_costs[j + 1] / batch_costs[1]
+        else:
+            verify = 1 + DEFAULT_BATCH_SLOPE * j
+        best = max(best, tokens / (verify + j * c))
+    return best
+
+
+def plan(
+    target: ModelFacts,
+    budget: int | None,
+    drafter: str = "auto",
+    drafter_model: ModelFacts | None = None,
+    n_ctx: int = 4096,
+    max_draft: int = 16,
+    baseline: int = 0,
+    batch_costs: Sequence[float] | None = None,
+    repack: bool | None = None,
+) -> Plan:
+    """The best configuration within `budget` bytes (None: no limit, llama.cpp's defaults).
+
+    `baseline` is the process's own memory before any model is loaded, measured
+    by the caller: a budget covers the whole process. Raises BudgetError, naming
+    the minimum, when not even plain decoding fits."""
+    if uses_model(drafter) and drafter_model is None:
+        raise ValueError(f"drafter {drafter!r} needs its model's facts")
+    want_ctx = min(n_ctx, target.n_ctx_train) if target.n_ctx_train else n_ctx
+    if budget is None:
+        cfg = ModelConfig(n_ctx=want_ctx, max_outputs=max_draft + 1 if drafter != "none" else 1, prefill=want_ctx)
+        fp = predict(target, cfg, drafter, drafter_model if uses_model(drafter) else None, baseline=baseline,
+                     repack=repack)
+        return Plan(None, want_ctx, "f16", cfg.n_batch, "mmap", drafter, max_draft if drafter != "none" else 0, fp,
+                    predicted_speedup(drafter, max_draft, target, drafter_model, batch_costs),
+                    _minimum(target, baseline, "none", None, repack),
+                    _minimum(target, baseline, "lookup", None, repack), [], target, drafter_model)
+
+    minimum = _minimum(target, baseline, "none", None, repack)
+    if minimum > budget:
+        raise BudgetError(
+            f"a memory budget of {fmt_bytes(budget)} is too small for {_name(target)}: plain decoding needs at "
+            f"least {fmt_bytes(minimum)} (a {MIN_CTX}-token context, q4_0 KV cache, this process's "
+            f"{fmt_bytes(baseline)} included)")
+    ctxs = []
+    c = want_ctx
+    while c >= MIN_CTX:
+        ctxs.append(c)
+        c //= 2
+    if not ctxs or ctxs[-1] > MIN_CTX:
+        ctxs.append(min(MIN_CTX, want_ctx))
+    best: tuple | None = None
+    candidates = drafter_candidates(drafter)
+    for ctx in ctxs:
+        for q, kv in enumerate(KV_QUALITY):
+            for rank, d in enumerate(candidates):
+                dm = drafter_model if uses_model(d) else None
+                for nb in BATCHES:
+                    k = _largest_draft(target, budget, baseline, d, dm, ctx, kv, nb, max_draft, repack)
+                    if k is None:
+                        continue
+                    # the model's own output first (a quantized KV cache changes it), then the
+                    # context, then the drafter asked for, then prefill speed and draft length
+                    key = (-q, ctx, -rank, nb, k)
+                    if best is None or key > best[0]:
+                        best = (key, ctx, kv, d, nb, k)
+    assert best is not None  # the minimum fits, so the smallest context does
+    _, ctx, kv, d, nb, k = best
+    speed = predicted_speedup(d, k, target, drafter_model if uses_model(d) else None, batch_costs)
+    cfg = ModelConfig(n_ctx=ctx, kv_type=kv, n_batch=nb, load="read", flash_attn=kv != "f16",
+                      max_outputs=k + 1 if d != "none" else 1, prefill=ctx)
+    fp = predict(target, cfg, d, drafter_model if uses_model(d) else None, baseline=baseline, repack=repack)
+    notes = []
+    if ctx < want_ctx:
+        notes.append(f"context {ctx} instead of {want_ctx}: a larger one does not fit")
+    if kv != "f16":
+        notes.append(f"KV cache quantized to {kv} (flash attention on) to fit")
+    if d != drafter:
+        notes.append(f"drafter {d} instead of {drafter}: {drafter} does not fit")
+    elif d != "none" and k < max_draft:
+        notes.append(f"at most {k} draft tokens instead of {max_draft}: their logits would not fit")
+    return Plan(budget, ctx, kv, nb, "read", d, k, fp, speed, minimum,
+                _minimum(target, baseline, "lookup", None, repack), notes, target, drafter_model)
+
+
+def _fits(target: ModelFacts, budget: int, baseline: int, d: str, dm: ModelFacts | None, ctx: int, kv: str,
+          nb: int, k: int, repack: bool | None) -> bool:
+    cfg = ModelConfig(n_ctx=ctx, kv_type=kv, n_batch=nb, load="read", flash_attn=kv != "f16",
+                      max_outputs=k + 1 if d != "none" else 1, prefill=ctx)
+    return predict(target, cfg, d, dm, baseline=baseline, repack=repack).total <= budget
+
+
+def _largest_draft(target: ModelFacts, budget: int, baseline: int, d: str, dm: ModelFacts | None, ctx: int,
+                   kv: str, nb: int, max_draft: int, repack: bool | None) -> int | None:
+    """The largest draft length (0 for plain decoding) that fits, or None."""
+    if d == "none":
+        return 0 if _fits(target, budget, baseline, d, None, ctx, kv, nb, 0, repack) else None
+    ks = np.arange(max_draft, 0, -1)
+    for k in ks:  # logits grow by two rows per draft token: a short scan
+        if _fits(target, budget, baseline, d, dm, ctx, kv, nb, int(k), repack):
+            return int(k)
+    return None
+
+
+def _minimum(target: ModelFacts, baseline: int, d: str, dm: ModelFacts | None, repack: bool | None) -> int:
+    k = 1 if d != "none" else 0
+    cfg = ModelConfig(n_ctx=MIN_CTX, kv_type=KV_QUALITY[-1], n_batch=BATCHES[-1], load="read", flash_attn=True,
+                      max_outputs=k + 1, prefill=MIN_CTX)
+    return predict(target, cfg, d, dm, baseline=baseline, repack=repack).total
+
+
+def _name(m: ModelFacts) -> str:
+    from pathlib import Path
+
+    return Path(m.path).stem
+
+
+
+def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: int = 16,
+              budget: int | str | None = None) -> Plan | None:
+    """The plan for a model file and drafter name, this process's memory now as the
+    baseline. None without a budget for models the memory model does not cover
+    (ONNX exports); with a budget they are refused."""
+    from .drafters import HYBRID, check_drafter
+    from .footprint import parse_bytes, process_rss
+    from .runtimes import model_file
+
+    if isinstance(budget, str):
+        try:
+            budget = parse_bytes(budget)
+        except ValueError as e:
+            raise BudgetError(str(e)) from None
+    paths = [model_file(model_path)]
+    if uses_model(drafter):
+        paths.append(model_file(check_drafter(drafter[len(HYBRID):] if drafter.startswith(HYBRID) else drafter)))
+    onnx = [p for p in paths if p.suffix.lower() != ".gguf"]
+    if onnx:
+        if budget is None:
+            return None
+        raise BudgetError(f"memory budgets are planned for GGUF models (llama.cpp); {onnx[0]} is not one")
+    facts = [ModelFacts.from_gguf(p) for p in paths]
+    return plan(facts[0], budget, drafter, facts[1] if len(facts) > 1 else None, n_ctx=n_ctx, max_draft=max_draft,
+                baseline=process_rss()["rss"])
+
+
+def plain_footprint(target: ModelFacts, n_ctx: int, baseline: int = 0, repack: bool | None = None) -> int:
+    """The least plain decoding needs at this context without changing the model's
+    output (f16 KV cache; weights read once; a small micro-batch): the reference a
+    budget such as "plain + 10%" is measured from."""
+    ctx = min(n_ctx, target.n_ctx_train) if target.n_ctx_train else n_ctx
+    cfg = ModelConfig(n_ctx=ctx, kv_type="f16", n_batch=BATCHES[-1], load="read", max_outputs=1, prefill=ctx)
+    return predict(target, cfg, "none", baseline=baseline, repack=repack).total
