@@ -227,18 +227,21 @@ class EdgeSpec:
 
     def fit_messages(self, messages: list[Message], max_tokens: int, keep: int = 0) -> tuple[list[int], int]:
         """Token ids of a conversation that fits the context with room for an answer
-        (up to `max_tokens`, or a quarter of the context), dropping the oldest
-        user/assistant pairs after the first `keep` messages (a system message) in
-        place. Returns (ids, pairs dropped). A long chat so stays inside the
-        context, and so inside the memory plan."""
+        (up to `max_tokens`, or a quarter of the context). When it does not fit, the
+        oldest user/assistant pairs after the first `keep` messages (a system
+        message) are dropped in place until it fills at most half the context, as
+        llama.cpp's context shift discards half: the turns after that extend the
+        cached prefix instead of each paying a full prefill. Returns (ids, pairs
+        dropped). A long chat so stays inside the context, and so inside the plan."""
         n_ctx = self.backend.n_ctx
+        room = min(max_tokens, n_ctx // 4)
+        ids = self.chat_ids(messages)
         dropped = 0
-        while True:
-            ids = self.chat_ids(messages)
-            if len(ids) + min(max_tokens, n_ctx // 4) <= n_ctx or len(messages) <= keep + 1:
-                break
-            del messages[keep : keep + 2]
-            dropped += 1
+        if len(ids) + room > n_ctx:
+            while len(ids) + room > n_ctx // 2 and len(messages) > keep + 1:
+                del messages[keep : keep + 2]
+                dropped += 1
+                ids = self.chat_ids(messages)
         if len(ids) >= n_ctx:
             raise ContextOverflowError(f"the message is {len(ids)} tokens; the context holds {n_ctx}")
         return ids, dropped

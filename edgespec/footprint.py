@@ -12,6 +12,8 @@ anonymous and file-backed pages, see `edgespec profile`):
   tensor bytes once, whatever is repacked.
 - KV cache: every layer's K and V rows for the context, which llama.cpp pads to
   a multiple of 256 and clears at creation (so it is all resident at once).
+  Sliding-window layers (Gemma 3) hold the full context too: llama.cpp's default
+  full-size SWA cache, which rolling back a rejected draft needs.
 - Vocabulary: llama.cpp's token and merge tables, about 165 bytes per entry.
 - Compute: llama.cpp reserves a graph buffer for a full micro-batch, mostly the
   logits of every position, but pages are touched only as used: the largest
@@ -61,8 +63,6 @@ class ModelFacts:
     file_bytes: int
     repack_bytes: int  # tensors llama.cpp repacks on x86 with AVX2
     n_ctx_train: int
-    n_swa: int = 0  # sliding-window size, for models that cache only a window in some layers
-    n_swa_layers: int = 0
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike) -> "ModelFacts":
@@ -136,16 +136,12 @@ class ModelFacts:
             if (t.tensor_type.name in REPACKED and len(shape) == 2 and shape[1] % 8 == 0
                     and t.name != "token_embd.weight"):
                 repack += int(t.n_bytes)
-        n_swa = int(get(f"{arch}.attention.sliding_window", 0) or 0)
-        # Gemma 3 interleaves five sliding-window layers with one global layer
-        swa_layers = n_layer - n_layer // 6 if (n_swa and arch.startswith("gemma3")) else 0
         return cls(
             path=str(path), architecture=arch, n_layer=n_layer, n_head=n_head, n_head_kv=n_head_kv,
             n_embd=n_embd, n_ff=int(get(f"{arch}.feed_forward_length", 4 * n_embd)), head_k=head_k,
             head_v=head_v, n_vocab=out_rows, n_tokens=n_tok + (len(merges.data) if merges is not None else 0),
             tensor_bytes=sum(int(t.n_bytes) for t in r.tensors), file_bytes=Path(path).stat().st_size,
-            repack_bytes=repack, n_ctx_train=int(get(f"{arch}.context_length", 0) or 0), n_swa=n_swa,
-            n_swa_layers=swa_layers,
+            repack_bytes=repack, n_ctx_train=int(get(f"{arch}.context_length", 0) or 0),
         )
 
 
@@ -183,8 +179,7 @@ def model_bytes(m: ModelFacts, c: ModelConfig, repack: bool | None = None) -> di
     repack = repacks_here() if repack is None else repack
     n_ctx = padded_ctx(c.n_ctx)
     per_cell = m.n_head_kv * (m.head_k + m.head_v) * KV_TYPES[c.kv_type]
-    swa_cells = min(n_ctx, padded_ctx(m.n_swa + c.n_batch)) if m.n_swa_layers else 0
-    kv = per_cell * ((m.n_layer - m.n_swa_layers) * n_ctx + m.n_swa_layers * swa_cells)
+    kv = per_cell * m.n_layer * n_ctx  # sliding-window layers too: llama.cpp's default full-size SWA cache
     nb = max(1, min(c.n_batch, c.prefill))
     reach = min(n_ctx, max(c.prefill, c.max_outputs))
     act = nb * (3 * m.n_ff + 4 * m.n_embd) * 4

@@ -1,0 +1,74 @@
+"""Memory budgets on a real model: the prediction against psutil's measurement,
+a long chat that stays under its budget, and budgets that cannot be met."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from edgespec import EdgeSpec
+from edgespec.planner import BudgetError
+
+from test_cli import assert_one_line_error, edgespec
+
+pytestmark = pytest.mark.real_model
+
+# Runs a command and prints the peak RSS of that command alone (its process is
+# this wrapper's only child), in bytes, as the last line.
+PEAK_OF_CHILD = """
+import resource, subprocess, sys
+r = subprocess.run(sys.argv[1:], stdin=sys.stdin)
+print("peak-rss", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024, file=sys.stderr)
+sys.exit(r.returncode)
+"""
+
+
+def run_measured(args, stdin):
+    r = subprocess.run([sys.executable, "-c", PEAK_OF_CHILD, sys.executable, "-m", "edgespec", *args],
+                       input=stdin, capture_output=True, text=True, timeout=900)
+    peak = int(r.stderr.rsplit("peak-rss ", 1)[1].split()[0])
+    return r, peak
+
+
+def test_predicted_footprint_is_within_ten_percent_of_the_measured_peak(smollm2_path, tmp_path):
+    for drafter, ctx in (("none", 512), ("auto", 4096)):
+        out = tmp_path / f"{drafter}.json"
+        r = edgespec("profile", str(smollm2_path), "-d", drafter, "--ctx", str(ctx), "-n", "32", "--limit", "1",
+                     "--json", str(out))
+        assert r.returncode == 0, r.stderr
+        run = json.loads(out.read_text())
+        assert abs(run["predicted_total"] / run["peak_rss"] - 1) < 0.10, run["components"]
+        assert "predicted" in r.stdout and "measured" in r.stdout
+
+
+def test_fifty_turn_chat_stays_under_its_budget(smollm2_path):
+    budget = 240_000_000  # below SmolLM2's 4096-token footprint: the planner must shrink something
+    turns = [f"Tell me one fact about the number {i}." for i in range(50)]
+    r, peak = run_measured(["chat", "--model", str(smollm2_path), "--memory-budget", "240MB", "--max-tokens", "32"],
+                           stdin="\n".join(turns) + "\n/quit\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("tok/s") == 50  # every turn answered
+    assert "memory plan:" in r.stderr and "context" in r.stderr
+    assert "dropped to fit the context" in r.stderr  # the chat outgrew the planned context and went on
+    print(f"peak RSS {peak / 1e6:.0f} MB over 50 turns, budget {budget / 1e6:.0f} MB")
+    assert peak <= budget
+
+
+def test_a_budget_below_the_minimum_is_one_clear_line(smollm2_path):
+    r = edgespec("generate", "hi", "--model", str(smollm2_path), "--memory-budget", "100MB")
+    assert_one_line_error(r, "too small for smollm2-135m: plain decoding needs at least")
+    assert_one_line_error(edgespec("generate", "hi", "--model", str(smollm2_path), "-b", "lots"),
+                          "not a memory size")
+
+
+def test_the_api_exposes_the_plan_and_the_live_footprint(smollm2_path):
+    with EdgeSpec(str(smollm2_path), drafter="auto", memory_budget="400MB", quiet=True) as llm:
+        assert llm.plan.budget == 400_000_000 and llm.plan.drafter == "auto"
+        assert llm.backend.n_ctx == llm.plan.n_ctx
+        llm.generate("def add(a, b):", max_tokens=16)
+        mem = llm.footprint()
+        assert mem["rss"] <= mem["peak"] <= mem["budget"]
+        assert mem["predicted"] == llm.plan.footprint.total
+    with pytest.raises(BudgetError, match="needs at least"):
+        EdgeSpec(str(smollm2_path), memory_budget="10MB", quiet=True)

@@ -1,0 +1,102 @@
+"""The memory model and the planner, on model facts alone (nothing is loaded)."""
+
+import pytest
+
+from edgespec.footprint import ModelConfig, ModelFacts, model_bytes, parse_bytes, predict
+from edgespec.planner import BudgetError, plain_footprint, plan
+
+MB = 1_000_000
+
+# the shape of Qwen2.5-Coder-1.5B Q4_K_M and of SmolLM2-135M, as ModelFacts.from_gguf reads them
+QWEN15 = ModelFacts(path="qwen.gguf", architecture="qwen2", n_layer=28, n_head=12, n_head_kv=2, n_embd=1536,
+                    n_ff=8960, head_k=128, head_v=128, n_vocab=151936, n_tokens=303323,
+                    tensor_bytes=1_111_371_000, file_bytes=1_117_320_000, repack_bytes=625_500_000,
+                    n_ctx_train=32768)
+SMOL = ModelFacts(path="smollm2.gguf", architecture="llama", n_layer=30, n_head=9, n_head_kv=3, n_embd=576,
+                  n_ff=1536, head_k=64, head_v=64, n_vocab=49152, n_tokens=98052, tensor_bytes=96_570_000,
+                  file_bytes=98_360_000, repack_bytes=0, n_ctx_train=8192)
+BASE = 60 * MB
+
+
+def test_kv_cache_follows_layers_heads_context_and_type():
+    f16 = model_bytes(QWEN15, ModelConfig(n_ctx=4096), repack=True)["kv_cache"]
+    assert f16 == 28 * 4096 * 2 * 128 * 2 * 2  # layers x cells x KV heads x (K + V) x f16, 112 MiB
+    q8 = model_bytes(QWEN15, ModelConfig(n_ctx=4096, kv_type="q8_0"), repack=True)["kv_cache"]
+    assert q8 == pytest.approx(f16 * 34 / 64)
+    # llama.cpp pads the context to 256 cells
+    assert model_bytes(QWEN15, ModelConfig(n_ctx=1000), repack=True)["kv_cache"] == f16 // 4
+
+
+def test_mapped_weights_are_held_twice_where_llama_cpp_repacks_them():
+    mapped = model_bytes(QWEN15, ModelConfig(load="mmap"), repack=True)
+    read = model_bytes(QWEN15, ModelConfig(load="read"), repack=True)
+    assert mapped["weights_mapped"] + mapped["weights_resident"] == QWEN15.file_bytes + QWEN15.repack_bytes
+    assert read["weights_mapped"] == 0 and read["weights_resident"] == QWEN15.tensor_bytes
+
+
+def test_draft_length_costs_logits_rows():
+    one = model_bytes(QWEN15, ModelConfig(max_outputs=1), repack=True)["logits"]
+    seventeen = model_bytes(QWEN15, ModelConfig(max_outputs=17), repack=True)["logits"]
+    assert seventeen - one == 16 * 2 * 151936 * 4
+
+
+def test_without_a_budget_the_request_is_kept():
+    p = plan(QWEN15, None, "auto", n_ctx=4096, max_draft=16, baseline=BASE, repack=True)
+    assert (p.n_ctx, p.kv_type, p.drafter, p.max_draft, p.load) == (4096, "f16", "auto", 16, "mmap")
+    assert p.footprint.total > p.minimum
+
+
+def test_a_budget_too_small_is_refused_naming_the_minimum():
+    with pytest.raises(BudgetError, match=r"too small for qwen: plain decoding needs at least 1\.\d\d GB"):
+        plan(QWEN15, 900 * MB, "auto", baseline=BASE, repack=True)
+    minimum = plan(QWEN15, None, "none", baseline=BASE, repack=True).minimum
+    p = plan(QWEN15, minimum, "auto", baseline=BASE, repack=True)  # the minimum named is enough
+    assert p.footprint.total <= minimum and p.kv_type == "q4_0"
+
+
+@pytest.mark.parametrize("drafter,drafter_model", [("auto", None), ("smollm2", SMOL), ("auto+smollm2", SMOL)])
+def test_every_plan_fits_its_budget_and_gives_up_context_only_when_it_must(drafter, drafter_model):
+    minimum = plan(QWEN15, None, "none", baseline=BASE, repack=True).minimum
+    last_ctx = None
+    for budget in range(3000 * MB, minimum - 1, -25 * MB):
+        p = plan(QWEN15, budget, drafter, drafter_model, n_ctx=4096, baseline=BASE, repack=True)
+        assert p.footprint.total <= budget
+        if last_ctx is not None:
+            assert p.n_ctx <= last_ctx  # less memory never buys more context
+        last_ctx = p.n_ctx
+        if p.n_ctx < 4096:
+            assert any("context" in n for n in p.notes)
+
+
+def test_a_drafter_model_that_does_not_fit_falls_back_to_model_free_drafting():
+    roomy = plan(QWEN15, 2000 * MB, "smollm2", SMOL, baseline=BASE, repack=True)
+    assert roomy.drafter == "smollm2" and "drafter_weights_resident" in roomy.footprint.components
+    tight = plan(QWEN15, plain_footprint(QWEN15, 4096, BASE) + 40 * MB, "smollm2", SMOL, baseline=BASE,
+                 repack=True)
+    assert (tight.drafter, tight.n_ctx, tight.kv_type) == ("auto", 4096, "f16")
+    assert "drafter auto instead of smollm2" in " ".join(tight.notes)
+
+
+def test_plain_plus_ten_percent_keeps_speculation_and_full_draft_length():
+    budget = int(plain_footprint(QWEN15, 4096, BASE) * 1.10)
+    p = plan(QWEN15, budget, "auto", n_ctx=4096, max_draft=16, baseline=BASE, repack=True)
+    assert (p.drafter, p.max_draft, p.n_ctx, p.kv_type) == ("auto", 16, 4096, "f16")
+
+
+def test_a_tight_budget_shortens_the_draft_rather_than_dropping_it():
+    plain = plan(QWEN15, None, "none", n_ctx=4096, baseline=BASE, repack=True)
+    free = predict(QWEN15, ModelConfig(n_ctx=4096, n_batch=64, load="read", prefill=4096, max_outputs=1),
+                   "auto", baseline=BASE, repack=True).total
+    p = plan(QWEN15, free + 3 * 2 * 151936 * 4, "auto", n_ctx=4096, max_draft=16, baseline=BASE, repack=True)
+    assert p.drafter == "auto" and 1 <= p.max_draft < 16 and p.n_ctx == 4096
+    assert plain.minimum < p.footprint.total
+
+
+def test_memory_sizes_parse_like_people_write_them():
+    assert parse_bytes("900MB") == 900 * MB
+    assert parse_bytes("1.5GB") == 1_500_000_000
+    assert parse_bytes("1GiB") == 2**30
+    assert parse_bytes("800 m") == 800 * MB
+    for bad in ("lots", "-1GB", "0"):
+        with pytest.raises(ValueError):
+            parse_bytes(bad)
