@@ -12,6 +12,7 @@ Pure: no model is loaded, so it is tested without one.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -148,8 +149,8 @@ def plan(
     if uses_model(drafter) and drafter_model is None:
         raise ValueError(f"drafter {drafter!r} needs its model's facts")
     want_ctx = min(n_ctx, target.n_ctx_train) if target.n_ctx_train else n_ctx
-    minimum = int(_minimum(target, baseline, "none", None, repack) / HEADROOM)
-    minimum_spec = int(_minimum(target, baseline, "lookup", None, repack) / HEADROOM)
+    minimum = math.ceil(_minimum(target, baseline, "none", None, repack) / HEADROOM)
+    minimum_spec = math.ceil(_minimum(target, baseline, "lookup", None, repack) / HEADROOM)
     if budget is None:
         cfg = ModelConfig(n_ctx=want_ctx, max_outputs=max_draft + 1 if drafter != "none" else 1, prefill=want_ctx)
         fp = predict(target, cfg, drafter, drafter_model if uses_model(drafter) else None, baseline=baseline,
@@ -158,7 +159,7 @@ def plan(
                     predicted_speedup(drafter, max_draft, target, drafter_model, batch_costs),
                     minimum, minimum_spec, [], target, drafter_model)
 
-    limit = int(budget * HEADROOM)
+    limit = math.floor(budget * HEADROOM)
     if minimum > budget:
         raise BudgetError(
             f"a memory budget of {fmt_bytes(budget)} is too small for {_name(target)}: plain decoding needs at "

@@ -3,7 +3,7 @@
 import pytest
 
 from edgespec.footprint import ModelConfig, ModelFacts, model_bytes, parse_bytes, predict
-from edgespec.planner import BudgetError, plain_footprint, plan
+from edgespec.planner import HEADROOM, BudgetError, plain_footprint, plan
 
 MB = 1_000_000
 
@@ -71,8 +71,8 @@ def test_every_plan_fits_its_budget_and_gives_up_context_only_when_it_must(draft
 def test_a_drafter_model_that_does_not_fit_falls_back_to_model_free_drafting():
     roomy = plan(QWEN15, 2000 * MB, "smollm2", SMOL, baseline=BASE, repack=True)
     assert roomy.drafter == "smollm2" and "drafter_weights_resident" in roomy.footprint.components
-    tight = plan(QWEN15, plain_footprint(QWEN15, 4096, BASE) + 40 * MB, "smollm2", SMOL, baseline=BASE,
-                 repack=True)
+    tight = plan(QWEN15, (plain_footprint(QWEN15, 4096, BASE) + 40 * MB) / HEADROOM, "smollm2", SMOL,
+                 baseline=BASE, repack=True)
     assert (tight.drafter, tight.n_ctx, tight.kv_type) == ("auto", 4096, "f16")
     assert "drafter auto instead of smollm2" in " ".join(tight.notes)
 
@@ -87,7 +87,8 @@ def test_a_tight_budget_shortens_the_draft_rather_than_dropping_it():
     plain = plan(QWEN15, None, "none", n_ctx=4096, baseline=BASE, repack=True)
     free = predict(QWEN15, ModelConfig(n_ctx=4096, n_batch=64, load="read", prefill=4096, max_outputs=1),
                    "auto", baseline=BASE, repack=True).total
-    p = plan(QWEN15, free + 3 * 2 * 151936 * 4, "auto", n_ctx=4096, max_draft=16, baseline=BASE, repack=True)
+    p = plan(QWEN15, (free + 3 * 2 * 151936 * 4) / HEADROOM, "auto", n_ctx=4096, max_draft=16, baseline=BASE,
+             repack=True)
     assert p.drafter == "auto" and 1 <= p.max_draft < 16 and p.n_ctx == 4096
     assert plain.minimum < p.footprint.total
 
