@@ -268,15 +268,16 @@ def profile(
         from .runtimes import model_file
         from .store import resolve
 
+        base = plain_footprint(ModelFacts.from_gguf(model_file(resolve(model))), ctx, process_rss()["rss"])
+        out.print(f"plain decoding's footprint at context {ctx}: {fmt_bytes(base)} (f16 KV cache, weights read "
+                  "once, micro-batch 64)", highlight=False)
         if budgets:
             levels: list = [b.strip() for b in budgets.split(",") if b.strip()]
         else:
-            base = plain_footprint(ModelFacts.from_gguf(model_file(resolve(model))), ctx, process_rss()["rss"])
-            out.print(f"plain decoding's footprint at context {ctx}: {fmt_bytes(base)}", highlight=False)
             levels = [f"{int(base * f)}" for f in (1.0, 1.05, 1.1, 1.25, 1.5)]
         result["sweep"] = sweep(model, drafter, [None, *levels], ctx, threads, max_draft, max_tokens, prompts,
                                 limit, err, category)
-        print_sweep(result["sweep"], out)
+        print_sweep(result["sweep"], out, base)
     if json_path:
         json_path.write_text(json.dumps(result if sweep_budgets else r))
     if plot_path:

@@ -16,8 +16,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
-import numpy as np
-
 from .errors import EdgespecError
 from .footprint import KV_QUALITY, Footprint, ModelConfig, ModelFacts, fmt_bytes, predict
 
@@ -149,8 +147,8 @@ def plan(
     if uses_model(drafter) and drafter_model is None:
         raise ValueError(f"drafter {drafter!r} needs its model's facts")
     want_ctx = min(n_ctx, target.n_ctx_train) if target.n_ctx_train else n_ctx
-    minimum = math.ceil(_minimum(target, baseline, "none", None, repack) / HEADROOM)
-    minimum_spec = math.ceil(_minimum(target, baseline, "lookup", None, repack) / HEADROOM)
+    minimum = math.ceil(_minimum(target, baseline, "none", repack) / HEADROOM)
+    minimum_spec = math.ceil(_minimum(target, baseline, "lookup", repack) / HEADROOM)
     if budget is None:
         cfg = ModelConfig(n_ctx=want_ctx, max_outputs=max_draft + 1 if drafter != "none" else 1, prefill=want_ctx)
         fp = predict(target, cfg, drafter, drafter_model if uses_model(drafter) else None, baseline=baseline,
@@ -190,9 +188,8 @@ def plan(
     assert best is not None  # the minimum fits, so the smallest context does
     _, ctx, kv, d, nb, k = best
     speed = predicted_speedup(d, k, target, drafter_model if uses_model(d) else None, batch_costs)
-    cfg = ModelConfig(n_ctx=ctx, kv_type=kv, n_batch=nb, load="read", flash_attn=kv != "f16",
-                      max_outputs=k + 1 if d != "none" else 1, prefill=ctx)
-    fp = predict(target, cfg, d, drafter_model if uses_model(d) else None, baseline=baseline, repack=repack)
+    fp = predict(target, _config(ctx, kv, nb, d, k), d, drafter_model if uses_model(d) else None,
+                 baseline=baseline, repack=repack)
     notes = []
     if ctx < want_ctx:
         notes.append(f"context {ctx} instead of {want_ctx}: a larger one does not fit")
@@ -205,30 +202,25 @@ def plan(
     return Plan(budget, ctx, kv, nb, "read", d, k, fp, speed, minimum, minimum_spec, notes, target, drafter_model)
 
 
-def _fits(target: ModelFacts, budget: int, baseline: int, d: str, dm: ModelFacts | None, ctx: int, kv: str,
-          nb: int, k: int, repack: bool | None) -> bool:
-    cfg = ModelConfig(n_ctx=ctx, kv_type=kv, n_batch=nb, load="read", flash_attn=kv != "f16",
-                      max_outputs=k + 1 if d != "none" else 1, prefill=ctx)
-    return predict(target, cfg, d, dm, baseline=baseline, repack=repack).total <= budget
+def _config(ctx: int, kv: str, nb: int, d: str, k: int) -> ModelConfig:
+    """A budgeted configuration: weights read once, attention scores bounded by a full context."""
+    return ModelConfig(n_ctx=ctx, kv_type=kv, n_batch=nb, load="read", flash_attn=kv != "f16",
+                       max_outputs=k + 1 if d != "none" else 1, prefill=ctx)
 
 
-def _largest_draft(target: ModelFacts, budget: int, baseline: int, d: str, dm: ModelFacts | None, ctx: int,
+def _largest_draft(target: ModelFacts, limit: int, baseline: int, d: str, dm: ModelFacts | None, ctx: int,
                    kv: str, nb: int, max_draft: int, repack: bool | None) -> int | None:
-    """The largest draft length (0 for plain decoding) that fits, or None."""
-    if d == "none":
-        return 0 if _fits(target, budget, baseline, d, None, ctx, kv, nb, 0, repack) else None
-    ks = np.arange(max_draft, 0, -1)
-    for k in ks:  # logits grow by two rows per draft token: a short scan
-        if _fits(target, budget, baseline, d, dm, ctx, kv, nb, int(k), repack):
-            return int(k)
+    """The largest draft length (0 for plain decoding) that fits `limit`, or None."""
+    for k in ([0] if d == "none" else range(max_draft, 0, -1)):  # two logits rows per draft token: a short scan
+        if predict(target, _config(ctx, kv, nb, d, k), d, dm, baseline=baseline, repack=repack).total <= limit:
+            return k
     return None
 
 
-def _minimum(target: ModelFacts, baseline: int, d: str, dm: ModelFacts | None, repack: bool | None) -> int:
-    k = 1 if d != "none" else 0
-    cfg = ModelConfig(n_ctx=MIN_CTX, kv_type=KV_QUALITY[-1], n_batch=BATCHES[-1], load="read", flash_attn=True,
-                      max_outputs=k + 1, prefill=MIN_CTX)
-    return predict(target, cfg, d, dm, baseline=baseline, repack=repack).total
+def _minimum(target: ModelFacts, baseline: int, d: str, repack: bool | None) -> int:
+    """The smallest footprint of drafter `d` (none: plain decoding) before headroom."""
+    cfg = _config(MIN_CTX, KV_QUALITY[-1], BATCHES[-1], d, 1)
+    return predict(target, cfg, d, None, baseline=baseline, repack=repack).total
 
 
 def _name(m: ModelFacts) -> str:
