@@ -7,15 +7,12 @@ import sys
 
 import pytest
 
-from edgespec import EdgeSpec
-from edgespec.planner import BudgetError
-
 from test_cli import assert_one_line_error, edgespec
 
 pytestmark = pytest.mark.real_model
 
 # Runs a command and prints the peak RSS of that command alone (its process is
-# this wrapper's only child), in bytes, as the last line.
+# this wrapper's only child), in bytes, on standard error.
 PEAK_OF_CHILD = """
 import resource, subprocess, sys
 r = subprocess.run(sys.argv[1:], stdin=sys.stdin)
@@ -62,13 +59,29 @@ def test_a_budget_below_the_minimum_is_one_clear_line(smollm2_path):
                           "not a memory size")
 
 
+API_EXAMPLE = """
+import json, sys
+from edgespec import EdgeSpec
+from edgespec.planner import BudgetError
+with EdgeSpec(sys.argv[1], drafter="auto", memory_budget="400MB", quiet=True) as llm:
+    llm.generate("def add(a, b):", max_tokens=16)
+    out = {"plan": llm.plan.to_dict(), "n_ctx": llm.backend.n_ctx, "footprint": llm.footprint()}
+try:
+    EdgeSpec(sys.argv[1], memory_budget="10MB", quiet=True)
+except BudgetError as e:
+    out["refusal"] = str(e)
+print(json.dumps(out))
+"""
+
+
 def test_the_api_exposes_the_plan_and_the_live_footprint(smollm2_path):
-    with EdgeSpec(str(smollm2_path), drafter="auto", memory_budget="400MB", quiet=True) as llm:
-        assert llm.plan.budget == 400_000_000 and llm.plan.drafter == "auto"
-        assert llm.backend.n_ctx == llm.plan.n_ctx
-        llm.generate("def add(a, b):", max_tokens=16)
-        mem = llm.footprint()
-        assert mem["rss"] <= mem["peak"] <= mem["budget"]
-        assert mem["predicted"] == llm.plan.footprint.total
-    with pytest.raises(BudgetError, match="needs at least"):
-        EdgeSpec(str(smollm2_path), memory_budget="10MB", quiet=True)
+    # a fresh process: a budget covers a whole process, and peak RSS never comes down
+    r = subprocess.run([sys.executable, "-c", API_EXAMPLE, str(smollm2_path)], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    plan, mem = out["plan"], out["footprint"]
+    assert plan["budget"] == 400_000_000 and plan["drafter"] == "auto" and out["n_ctx"] == plan["n_ctx"]
+    assert mem["rss"] <= mem["peak"] <= mem["budget"]
+    assert mem["predicted"] == plan["predicted"]["total"]
+    assert "needs at least" in out["refusal"]
