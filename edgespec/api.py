@@ -96,6 +96,7 @@ class EdgeSpec:
         memory_budget: int | str | None = None,
     ) -> None:
         self.plan: Plan | None = None
+        opts: dict = {}  # a budget's choices for llama.cpp, target and drafter model alike
         if isinstance(model, Backend):
             if memory_budget is not None:
                 raise EdgespecError("a memory budget is planned before loading: pass a model name or path, not a Backend")
@@ -109,7 +110,8 @@ class EdgeSpec:
             if self.plan is not None:
                 n_ctx, drafter = self.plan.n_ctx, self.plan.drafter
                 max_draft = self.plan.max_draft or max_draft
-            opts = self.plan.backend_options() if self.plan is not None and self.plan.budget is not None else {}
+            if self.plan is not None and self.plan.budget is not None:
+                opts = self.plan.backend_options()
             self.backend = open_backend(path, n_ctx=n_ctx, threads=threads, **opts)
         if getattr(self.backend, "vocab_map", None) is not None:
             self.backend.close()
@@ -118,7 +120,6 @@ class EdgeSpec:
         self.tokenizer = self.backend.tokenizer
         controller = DraftController(max_k=max_draft)  # the plan's bound: no batch asks for more logits
         self.drafter_name = drafter
-        opts = self.plan.backend_options() if self.plan is not None and self.plan.budget is not None else None
         try:
             self.drafter = make_drafter(drafter, self.tokenizer.n_vocab, controller, self.tokenizer, n_ctx, threads,
                                         opts)

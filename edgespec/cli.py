@@ -251,12 +251,9 @@ def profile(
     from .bench import load_prompts
     from .profile import plot, print_profile, print_sweep, run_profile, sweep
 
-    rows = [p for p in load_prompts(prompts, None) if not category or p["category"] == category]
+    rows = [p for p in load_prompts(prompts, limit) if not category or p["category"] == category]
     if not rows:
         _fail(f"no prompts of category {category!r}")
-    per: dict[str, int] = {}
-    rows = [p for p in rows if (per.__setitem__(p["category"], per.get(p["category"], 0) + 1)
-                                or per[p["category"]] <= (limit or len(rows)))]
     console = err if quiet else out
     r = run_profile(model, drafter, memory_budget, ctx, threads, max_draft, max_tokens, rows)
     result: dict = {"run": r}

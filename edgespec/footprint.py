@@ -7,7 +7,7 @@ anonymous and file-backed pages, see `edgespec profile`):
 - Weights. With mmap (llama.cpp's default) the whole file becomes resident as
   file pages, and tensors llama.cpp repacks for its x86 GEMM kernels (Q4_0, Q4_K,
   IQ4_NL matmul weights with rows in multiples of 8) are copied into anonymous
-  memory besides: Qwen2.5-Coder-1.5B Q4_K_M holds 1.06 GB mapped plus 0.60 GB
+  memory besides: Qwen2.5-Coder-1.5B Q4_K_M holds 1.12 GB mapped plus 0.63 GB
   repacked. Read into memory instead (load mode "read"), weights cost their
   tensor bytes once, whatever is repacked.
 - KV cache: every layer's K and V rows for the context, which llama.cpp pads to
@@ -30,6 +30,7 @@ Everything here is pure arithmetic over `ModelFacts`; the planner searches it.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -162,6 +163,7 @@ def padded_ctx(n_ctx: int) -> int:
     return -(-n_ctx // CTX_PAD) * CTX_PAD
 
 
+@functools.lru_cache(maxsize=None)
 def repacks_here() -> bool:
     """True where llama.cpp's CPU backend repacks 4-bit weights (x86 with AVX2)."""
     try:

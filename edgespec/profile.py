@@ -66,7 +66,7 @@ class MemorySampler:
 
 
 def run_profile(model: str, drafter: str, budget: str | int | None, n_ctx: int, threads: int | None,
-                max_draft: int, max_tokens: int, prompts: list[dict], console: Console | None = None) -> dict:
+                max_draft: int, max_tokens: int, prompts: list[dict]) -> dict:
     """Load, generate every prompt (plain and speculative alternately), and report
     the plan, predicted against measured memory, and speeds."""
     from .api import EdgeSpec
