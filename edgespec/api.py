@@ -175,9 +175,12 @@ class EdgeSpec:
         top_p: float = 1.0,
         seed: int | None = None,
         stop: Sequence[str] = (),
+        cancel: threading.Event | None = None,
     ) -> Stream:
+        """Stream the completion of `prompt_ids`. `cancel`, when given, is the event
+        that stops it (so a caller can cancel before the first piece exists)."""
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-        cancel = threading.Event()
+        cancel = cancel or threading.Event()
         stream = Stream(iter(()), cancel, list(prompt_ids))
         stream._pieces = self._pieces(stream, params, max_tokens, list(stop))
         return stream
