@@ -412,13 +412,17 @@ async def _sse(job: Job, reply: _Reply, include_usage: bool) -> AsyncIterator[by
     if reply.chat:
         yield _event(reply.chunk(role=True))
     while True:
-        kind, value = await job.events.get()
-        if kind == "piece":
-            yield _event(reply.chunk(value))
-        elif kind == "error":  # the status line is sent already: report in the stream, as OpenAI does
+        items = [await job.events.get()]
+        while not job.events.empty():  # what arrived together goes out in one write, not a write per token
+            items.append(job.events.get_nowait())
+        pieces = [value for kind, value in items if kind == "piece"]
+        if pieces:
+            yield b"".join(_event(reply.chunk(p)) for p in pieces)
+        kind, value = items[-1]  # "done" or "error" is always a job's last event
+        if kind == "error":  # the status line is sent already: report in the stream, as OpenAI does
             yield _event({"error": {"message": value, "type": "server_error", "param": None, "code": None}})
             break
-        else:
+        if kind == "done":
             last = reply.chunk(finish=_FINISH.get(value.finish_reason, "stop"))
             last["edgespec"] = value.stats.to_dict()
             yield _event(last)

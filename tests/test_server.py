@@ -183,11 +183,19 @@ def test_fifty_requests_from_four_clients_all_get_their_own_answer():
 def test_a_full_queue_answers_503_not_a_hang():
     with reference_server(limits=Limits(max_queue=1)) as srv:
         kw = dict(model="reference", prompt="a long story", temperature=0, max_tokens=4000)
-        with ThreadPoolExecutor(4) as pool:
-            results = list(pool.map(lambda _: httpx.post(srv.url + "/completions", json=kw, timeout=120), range(4)))
-    codes = sorted(r.status_code for r in results)
-    assert codes.count(200) >= 2 and 503 in codes  # one running, one waiting, the rest refused
-    assert all(r.json()["error"]["code"] == "queue_full" for r in results if r.status_code == 503)
+        with httpx.stream("POST", srv.url + "/completions", json={**kw, "stream": True}) as running:
+            lines = running.iter_lines()
+            next(lines)  # the model is busy with this one
+            with ThreadPoolExecutor(1) as pool:
+                waiting = pool.submit(httpx.post, srv.url + "/completions", json=kw, timeout=120)
+                deadline = time.monotonic() + 10
+                while health(srv.url)["queued"] < 1:  # the queue's one place is taken
+                    assert time.monotonic() < deadline
+                    time.sleep(0.01)
+                refused = httpx.post(srv.url + "/completions", json=kw)
+                assert refused.status_code == 503 and refused.json()["error"]["code"] == "queue_full"
+        # the stream's client left: the waiting request is served
+        assert waiting.result().status_code == 200
 
 
 def test_api_key_and_closed_cors():
