@@ -8,7 +8,7 @@
 # keyed by version, flags and interpreter, so it is built once per machine.
 #
 #   ./install.sh         the runtime: chat, generate, bench, ONNX Runtime backend
-#   ./install.sh --dev   also the export pipeline (torch, transformers, optimum) and the tests
+#   ./install.sh --dev   also the export pipeline (torch, transformers, optimum), the tests and Xvfb
 set -euo pipefail
 
 extras=""
@@ -74,6 +74,17 @@ if [ -n "$extras" ] && ! "$PYTHON" -c 'import torch' 2>/dev/null; then
     # pinned: an unpinned torch resolves to a multi-GB CUDA build; 2.13.0 is the CPU
     # build where a local wheel of it exists (as on the project's machines)
     "$PYTHON" -m pip install "torch==2.13.0"
+fi
+
+if [ -n "$extras" ] && ! command -v Xvfb >/dev/null 2>&1; then
+    # the desktop app's test draws on a virtual screen
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        apt-get install -y -q xvfb >/dev/null 2>&1 \
+            || { apt-get update -q >/dev/null && apt-get install -y -q xvfb >/dev/null; } \
+            || echo "edgespec: could not install xvfb; the desktop app's test will be skipped" >&2
+    else
+        echo "edgespec: install Xvfb (Debian: apt-get install xvfb) to run the desktop app's test" >&2
+    fi
 fi
 
 # edgespec itself, with llama-cpp-python's own dependencies (the pin above is already met)

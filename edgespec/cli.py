@@ -135,6 +135,8 @@ def chat(
     threads: Optional[int] = ThreadsOpt,
     max_draft: int = MaxDraftOpt,
     memory_budget: Optional[str] = BudgetOpt,
+    plain: bool = typer.Option(False, "--plain", help="Print answers as plain text (a terminal otherwise gets "
+                               "them rendered as Markdown while they stream)."),
 ) -> None:
     """Chat in the terminal. Commands: /reset, /stats, /memory, /quit.
 
@@ -180,16 +182,33 @@ def chat(
             continue
         stream = llm.stream_ids(ids, max_tokens=max_tokens, temperature=temperature, seed=seed)
         try:
-            for piece in stream:
-                sys.stdout.write(piece)
-                sys.stdout.flush()
+            _show_answer(stream, markdown=not plain and out.is_terminal)
         except KeyboardInterrupt:
             stream.cancel()
             for _ in stream:  # let the engine finish its step cleanly
                 pass
-        sys.stdout.write("\n")
+            sys.stdout.write("\n")
         messages.append({"role": "assistant", "content": stream.completion.text})
         err.print(f"[dim]{stream.completion.stats.summary()}[/]", highlight=False)
+
+
+def _show_answer(stream, markdown: bool) -> None:
+    """Stream an answer: re-rendered as Markdown in a terminal (code blocks, lists),
+    as plain text into a pipe."""
+    if not markdown:
+        for piece in stream:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+        return
+    from rich.live import Live
+    from rich.markdown import Markdown
+
+    text = ""
+    with Live(Markdown(text), console=out, refresh_per_second=12, vertical_overflow="visible") as live:
+        for piece in stream:
+            text += piece
+            live.update(Markdown(text))
 
 
 @app.command()
@@ -370,7 +389,10 @@ def export(
 @models_app.command("list")
 @user_errors
 def models_list(json_out: bool = typer.Option(False, "--json")) -> None:
-    """The models edgespec can fetch, and which are cached."""
+    """The models edgespec can fetch, and which are cached.
+
+    Example: edgespec models list --json
+    """
     from .store import MODELS, cached_path, is_cached
 
     rows = [
@@ -393,7 +415,10 @@ def models_fetch(
     names: list[str] = typer.Argument(..., help="Model names (see `edgespec models list`)."),
     force: bool = typer.Option(False, "--force", help="Fetch again even if cached."),
 ) -> None:
-    """Download, assemble and verify models into the cache."""
+    """Download, assemble and verify models into the cache.
+
+    Example: edgespec models fetch smollm2-135m qwen2.5-coder-0.5b
+    """
     from .store import fetch, spec
 
     for name in names:
@@ -406,7 +431,10 @@ def models_fetch(
 @models_app.command("path")
 @user_errors
 def models_path(name: str) -> None:
-    """Print the local path of a model, fetching it first if needed."""
+    """Print the local path of a model, fetching it first if needed.
+
+    Example: ls -l "$(edgespec models path smollm2-135m)"
+    """
     from .store import resolve
 
     print(resolve(name))
@@ -415,7 +443,10 @@ def models_path(name: str) -> None:
 @models_app.command("verify")
 @user_errors
 def models_verify(name: str) -> None:
-    """Re-hash a cached model against its pinned sha256."""
+    """Re-hash a cached model against its pinned sha256.
+
+    Example: edgespec models verify qwen2.5-coder-1.5b
+    """
     from .store import verify
 
     out.print(f"{name}: ok ({verify(name)})", highlight=False)
