@@ -82,3 +82,15 @@ def test_chat_answers_and_understands_its_commands(smollm2_path):
     assert "conversation cleared" in r.stderr
     assert '"generated_tokens"' in r.stderr  # /stats prints the last answer's statistics
     assert r.stderr.count("tok/s") == 2  # a stats line after each answer
+
+
+@pytest.mark.parametrize("command", ["generate", "chat", "bench", "profile", "serve", "export", "models list",
+                                     "models fetch", "models path", "models verify"])
+def test_every_command_explains_itself_with_an_example(command):
+    r = edgespec(*command.split(), "--help")
+    assert r.returncode == 0 and "Example" in r.stdout
+
+
+def test_shell_completion_comes_from_typer():
+    r = edgespec("--show-completion", "bash")
+    assert r.returncode == 0 and "complete" in r.stdout and "COMP_WORDS" in r.stdout
