@@ -113,7 +113,7 @@ class Job:
     options: dict
     cache_prompt: bool
     loop: asyncio.AbstractEventLoop
-    events: asyncio.Queue = field(default_factory=asyncio.Queue)  # ("piece", str) ... ("done", Completion) | ("error", str)
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)  # ("piece", str) ... ("done", Completion) | ("error", ApiError)
     cancel: threading.Event = field(default_factory=threading.Event)
 
     def put(self, kind: str, value: Any) -> None:
@@ -164,12 +164,12 @@ class ModelWorker:
                 assert stream.completion is not None
                 self.counts["cancelled" if stream.completion.finish_reason == "cancelled" else "completed"] += 1
                 job.put("done", stream.completion)
-            except EdgespecError as e:
+            except EdgespecError as e:  # the request's fault
                 self.counts["failed"] += 1
-                job.put("error", str(e))
+                job.put("error", ApiError(400, str(e)))
             except Exception as e:  # a bug must not kill the worker: the next request still gets served
                 self.counts["failed"] += 1
-                job.put("error", f"internal error: {type(e).__name__}: {e}")
+                job.put("error", ApiError(500, f"internal error: {type(e).__name__}: {e}", kind="server_error"))
             finally:
                 self.running = None
 
@@ -290,7 +290,7 @@ def create_app(llm: EdgeSpec, model_id: str, limits: Limits | None = None, api_k
                 if kind == "piece":
                     pieces.append(value)
                 elif kind == "error":
-                    raise ApiError(400, value)
+                    raise value
                 else:
                     return JSONResponse(reply.whole("".join(pieces), value))
         finally:
@@ -420,7 +420,7 @@ async def _sse(job: Job, reply: _Reply, include_usage: bool) -> AsyncIterator[by
             yield b"".join(_event(reply.chunk(p)) for p in pieces)
         kind, value = items[-1]  # "done" or "error" is always a job's last event
         if kind == "error":  # the status line is sent already: report in the stream, as OpenAI does
-            yield _event({"error": {"message": value, "type": "server_error", "param": None, "code": None}})
+            yield _event({"error": {"message": value.message, "type": value.kind, "param": None, "code": value.code}})
             break
         if kind == "done":
             last = reply.chunk(finish=_FINISH.get(value.finish_reason, "stop"))

@@ -128,6 +128,7 @@ class EdgeSpec:
             raise
         self.engine = Engine(self.backend, self.drafter, controller=controller)
         self._active: threading.Event | None = None
+        self._template = None  # the compiled chat template, on first use
 
     # -- prompts ----------------------------------------------------------------
 
@@ -136,18 +137,9 @@ class EdgeSpec:
 
     def apply_chat_template(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
         """Render messages with the model's own chat template (Jinja, as in transformers)."""
-        template = self.tokenizer.chat_template
-        if not template:
-            raise EdgespecError("this model ships no chat template; use generate() with a plain prompt")
         tok = self.tokenizer
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-
-        def raise_exception(msg: str) -> None:
-            raise TemplateError(msg)
-
-        env.globals["raise_exception"] = raise_exception
         try:
-            return env.from_string(template).render(
+            return self._chat_template().render(
                 messages=list(messages),
                 add_generation_prompt=add_generation_prompt,
                 bos_token=tok.token_text(tok.bos_id) if tok.bos_id is not None else "",
@@ -155,6 +147,25 @@ class EdgeSpec:
             )
         except TemplateError as e:
             raise EdgespecError(f"chat template error: {e}") from None
+
+    def _chat_template(self):
+        # compiled once: a chat renders it every turn, and compiling each time costs
+        # milliseconds and leaves parser garbage behind in a long session
+        if self._template is None:
+            template = self.tokenizer.chat_template
+            if not template:
+                raise EdgespecError("this model ships no chat template; use generate() with a plain prompt")
+            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+
+            def raise_exception(msg: str) -> None:
+                raise TemplateError(msg)
+
+            env.globals["raise_exception"] = raise_exception
+            try:
+                self._template = env.from_string(template)
+            except TemplateError as e:
+                raise EdgespecError(f"chat template error: {e}") from None
+        return self._template
 
     def chat_ids(self, messages: Sequence[Message]) -> list[int]:
         text = self.apply_chat_template(messages)

@@ -49,6 +49,19 @@ def test_ngram_cache_drafts_the_dominant_continuation_and_keeps_it_across_turns(
     assert dict(d._counts[(5, 6)]) == {7: 3, 9: 1}
 
 
+def test_ngram_cache_stays_within_its_bound_over_a_long_session_and_keeps_what_drafts():
+    rng = np.random.default_rng(0)
+    d = NGramCacheDrafter(max_ngram=4, max_bytes=200_000)
+    phrase = [11, 12, 13, 14, 15]  # a phrase the session keeps repeating
+    history: list[int] = []
+    for _ in range(300):  # 300 turns of fresh random text around the phrase
+        history = [*rng.integers(100, 50_000, size=40).tolist(), *phrase]  # the context was trimmed
+        d.begin(history)
+        assert d.memory() <= 200_000
+    assert d.memory() >= 1_000  # pruned to half the bound, not emptied
+    assert d.propose([*history, 11, 12], 3).tokens == [13, 14, 15]
+
+
 def test_token_recycling_walks_successors_taken_from_verification_logits():
     vocab = 50
     d = TokenRecyclingDrafter(vocab)

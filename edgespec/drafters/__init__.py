@@ -12,6 +12,7 @@ from .base import Draft, Drafter
 from .crossvocab import CrossVocabDrafter
 from .lookup import PromptLookupDrafter
 from .model import ModelDrafter
+from ..footprint import NGRAM_BYTES_PER_TOKEN
 from .ngram import NGramCacheDrafter
 from .recycle import TokenRecyclingDrafter
 
@@ -33,12 +34,14 @@ def make_drafter(name: str, n_vocab: int, controller: DraftController, target_to
         return None
     if name == "lookup":
         return PromptLookupDrafter()
+    ngram_bytes = NGRAM_BYTES_PER_TOKEN * n_ctx  # what the memory planner allows the n-gram cache
     if name == "ngram":
-        return NGramCacheDrafter()
+        return NGramCacheDrafter(max_bytes=ngram_bytes)
     if name == "recycle":
         return TokenRecyclingDrafter(n_vocab)
     if name == "auto" or name.startswith(HYBRID):
-        members: list[Drafter] = [PromptLookupDrafter(), NGramCacheDrafter(), TokenRecyclingDrafter(n_vocab)]
+        members: list[Drafter] = [PromptLookupDrafter(), NGramCacheDrafter(max_bytes=ngram_bytes),
+                                  TokenRecyclingDrafter(n_vocab)]
         if name.startswith(HYBRID):
             if target_tokenizer is None:
                 raise DrafterError("a hybrid drafter needs the target's tokenizer")

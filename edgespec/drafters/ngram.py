@@ -3,6 +3,10 @@ of every n-gram seen in the session, kept across chat turns.
 
 Where prompt lookup copies the single most recent continuation, the cache drafts
 the most frequent one, and only while it is dominant enough to be worth a slot.
+
+Unlike llama.cpp's, the cache is bounded (`max_bytes`, what the memory planner
+allows for it): a long session prunes first the n-grams seen too rarely to be
+drafted, then the oldest, so hours of chat do not grow the process.
 """
 
 from __future__ import annotations
@@ -16,8 +20,13 @@ from .base import EMPTY, Draft, Drafter, History
 class NGramCacheDrafter(Drafter):
     name = "ngram"
 
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 1, min_count: int = 2, min_share: float = 0.5) -> None:
+    # memory() counts a context like this; the bound is checked against the same sum
+    BYTES_PER_CONTEXT, BYTES_PER_CONTINUATION = 250, 100
+
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 1, min_count: int = 2, min_share: float = 0.5,
+                 max_bytes: int = 64 << 20) -> None:
         self.max_ngram = max_ngram
+        self.max_bytes = max_bytes
         self.min_ngram = min_ngram
         self.min_count = min_count
         self.min_share = min_share
@@ -27,6 +36,7 @@ class NGramCacheDrafter(Drafter):
         self._hist = History()
         # _counts[ngram][next_token] = times seen
         self._counts: dict[tuple[int, ...], dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        self._entries = 0  # continuations stored, over all contexts
         self._learned = 0
 
     def begin(self, history: Sequence[int]) -> None:
@@ -40,8 +50,26 @@ class NGramCacheDrafter(Drafter):
         for i in range(max(self._learned, 1), len(toks)):
             nxt = toks[i]
             for n in range(1, min(self.max_ngram, i) + 1):
-                self._counts[tuple(toks[i - n : i])][nxt] += 1
+                cont = self._counts[tuple(toks[i - n : i])]
+                self._entries += nxt not in cont
+                cont[nxt] += 1
         self._learned = max(self._learned, len(toks))
+        if self.memory() > self.max_bytes:
+            self._prune()
+
+    def _prune(self) -> None:
+        """Down to half the bound: drop contexts never seen often enough to draft,
+        then the oldest (dicts keep insertion order)."""
+        target = self.max_bytes // 2
+        for key in [key for key, cont in self._counts.items() if max(cont.values()) < self.min_count]:
+            self._drop(key)
+        for key in list(self._counts):
+            if self.memory() <= target:
+                break
+            self._drop(key)
+
+    def _drop(self, key: tuple[int, ...]) -> None:
+        self._entries -= len(self._counts.pop(key))
 
     def _next(self, ctx: list[int]) -> tuple[int, int] | None:
         for n in range(min(self.max_ngram, len(ctx)), self.min_ngram - 1, -1):
@@ -71,5 +99,4 @@ class NGramCacheDrafter(Drafter):
         return Draft(out, key=f"ngram/n{first_n}") if out else EMPTY
 
     def memory(self) -> int:
-        entries = sum(len(c) for c in self._counts.values())
-        return len(self._counts) * 250 + entries * 100
+        return len(self._counts) * self.BYTES_PER_CONTEXT + self._entries * self.BYTES_PER_CONTINUATION
