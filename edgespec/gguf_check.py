@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFReader
+from gguf import GGUFReader, GGUFValueType
 
 from .errors import ModelError
 
 GGUF_MAGIC = b"GGUF"
+MAX_LAYERS = 512  # llama.cpp's LLAMA_MAX_LAYERS: more aborts the process (GGML_ASSERT in llama-model.cpp)
 
 
 class _Reader(GGUFReader):
@@ -77,4 +78,35 @@ def check_gguf(path: str | os.PathLike) -> GGUFSummary:
         raise ModelError(f"{p} has no vocabulary (tokenizer.ggml.tokens is missing)")
     if not reader.tensors:
         raise ModelError(f"{p} holds no tensors (a vocabulary-only file cannot generate)")
+    _check_vocabulary(p, tokens)
+    _check_layers(p, reader, str(arch))
     return GGUFSummary(p, str(arch), len(reader.tensors), len(tokens.data), size)
+
+
+def _check_vocabulary(p: Path, tokens) -> None:
+    # llama.cpp aborts the process (GGML_ASSERT in llama-vocab.cpp) when two tokens
+    # share a text; one flipped byte in a downloaded file is enough
+    if tokens.types[1:] != [GGUFValueType.STRING]:
+        raise ModelError(f"{p} is a corrupt GGUF file: tokenizer.ggml.tokens is not a list of strings")
+    seen: dict[bytes, int] = {}
+    for i, part in enumerate(tokens.data):
+        text = tokens.parts[part].tobytes()
+        if text in seen:
+            raise ModelError(f"{p} is a corrupt GGUF file: tokens {seen[text]} and {i} are both {text[:40]!r}")
+        seen[text] = i
+
+
+def _check_layers(p: Path, reader: GGUFReader, arch: str) -> None:
+    field = reader.fields.get(f"{arch}.block_count")
+    if field is None:
+        return  # an architecture without layers in its metadata: llama.cpp says what it misses
+    try:
+        n_layer = int(field.contents())
+    except (TypeError, ValueError):
+        raise ModelError(f"{p} is a corrupt GGUF file: {arch}.block_count is not a number") from None
+    if not 0 < n_layer <= MAX_LAYERS:
+        raise ModelError(f"{p} is a corrupt GGUF file: {arch}.block_count is {n_layer} (llama.cpp allows 1 to {MAX_LAYERS})")
+    names = {t.name for t in reader.tensors}
+    if any(n.startswith("blk.") for n in names) and not any(n.startswith(f"blk.{n_layer - 1}.") for n in names):
+        raise ModelError(f"{p} is a corrupt GGUF file: {arch}.block_count is {n_layer} but there are no "
+                         f"tensors for layer {n_layer - 1}")
