@@ -49,7 +49,7 @@ def test_ngram_cache_drafts_the_dominant_continuation_and_keeps_it_across_turns(
     assert dict(d._counts[(5, 6)]) == {7: 3, 9: 1}
 
 
-def test_ngram_cache_stays_within_its_bound_over_a_long_session_and_keeps_what_drafts():
+def test_ngram_cache_stays_within_its_bound_over_a_long_session_and_keeps_what_recurs():
     rng = np.random.default_rng(0)
     d = NGramCacheDrafter(max_ngram=4, max_bytes=200_000)
     phrase = [11, 12, 13, 14, 15]  # a phrase the session keeps repeating

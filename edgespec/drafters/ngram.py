@@ -5,13 +5,12 @@ Where prompt lookup copies the single most recent continuation, the cache drafts
 the most frequent one, and only while it is dominant enough to be worth a slot.
 
 Unlike llama.cpp's, the cache is bounded (`max_bytes`, what the memory planner
-allows for it): a long session prunes first the n-grams seen too rarely to be
-drafted, then the oldest, so hours of chat do not grow the process.
+allows for it): a long session forgets the n-grams it saw least recently, so hours of
+chat do not grow the process.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Sequence
 
 from .base import EMPTY, Draft, Drafter, History
@@ -35,7 +34,7 @@ class NGramCacheDrafter(Drafter):
     def reset(self) -> None:
         self._hist = History()
         # _counts[ngram][next_token] = times seen
-        self._counts: dict[tuple[int, ...], dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        self._counts: dict[tuple[int, ...], dict[int, int]] = {}
         self._entries = 0  # continuations stored, over all contexts
         self._learned = 0
 
@@ -50,19 +49,22 @@ class NGramCacheDrafter(Drafter):
         for i in range(max(self._learned, 1), len(toks)):
             nxt = toks[i]
             for n in range(1, min(self.max_ngram, i) + 1):
-                cont = self._counts[tuple(toks[i - n : i])]
+                key = tuple(toks[i - n : i])
+                cont = self._counts.pop(key, None)  # re-inserted: the dict's order is least recently seen first
+                if cont is None:
+                    cont = {}
+                self._counts[key] = cont
                 self._entries += nxt not in cont
-                cont[nxt] += 1
+                cont[nxt] = cont.get(nxt, 0) + 1
         self._learned = max(self._learned, len(toks))
         if self.memory() > self.max_bytes:
             self._prune()
 
     def _prune(self) -> None:
-        """Down to half the bound: drop contexts never seen often enough to draft,
-        then the oldest (dicts keep insertion order)."""
+        """Down to half the bound, least recently seen n-grams first.
+        Recent ones stay whole, ambiguous ones included: dropping only the rare ones
+        would let shorter, less certain contexts draft where a longer one said 'unsure'."""
         target = self.max_bytes // 2
-        for key in [key for key, cont in self._counts.items() if max(cont.values()) < self.min_count]:
-            self._drop(key)
         for key in list(self._counts):
             if self.memory() <= target:
                 break
