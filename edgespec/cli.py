@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import signal
 import sys
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from .errors import ContextOverflowError, EdgespecError
+from .errors import EdgespecError
 from .store import DEFAULT_MODEL
 
 app = typer.Typer(
@@ -181,15 +183,22 @@ def chat(
             err.print(f"[bold red]error:[/] {e}; the message was not sent, the chat goes on", highlight=False)
             continue
         stream = llm.stream_ids(ids, max_tokens=max_tokens, temperature=temperature, seed=seed)
-        try:
+        with _ctrl_c_cancels(stream):
             _show_answer(stream, markdown=not plain and out.is_terminal)
-        except KeyboardInterrupt:
-            stream.cancel()
-            for _ in stream:  # let the engine finish its step cleanly
-                pass
-            sys.stdout.write("\n")
         messages.append({"role": "assistant", "content": stream.completion.text})
         err.print(f"[dim]{stream.completion.stats.summary()}[/]", highlight=False)
+
+
+@contextlib.contextmanager
+def _ctrl_c_cancels(stream) -> Iterator[None]:
+    """While an answer streams, Ctrl-C cancels it instead of raising KeyboardInterrupt:
+    the engine stops between two steps, so its KV cache stays consistent and the
+    answer so far is kept (an exception inside the generator would lose both)."""
+    previous = signal.signal(signal.SIGINT, lambda *_: stream.cancel())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _show_answer(stream, markdown: bool) -> None:
