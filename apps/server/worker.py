@@ -30,7 +30,8 @@ class Job:
 
 
 class ModelWorker:
-    """A single thread that runs the jobs in turn; the only code that touches the model."""
+    """A single thread that runs the jobs in turn: the only code that evaluates the model
+    (handlers only tokenize, which llama.cpp allows beside a decode, as llama-server does)."""
 
     def __init__(self, llm: EdgeSpec, max_queue: int) -> None:
         self.llm = llm
