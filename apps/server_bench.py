@@ -25,17 +25,13 @@ from rich.console import Console
 from rich.table import Table
 
 from edgespec import EdgeSpec
-from edgespec.bench import load_prompts
+from edgespec.bench import encode_prompt, load_prompts
 from edgespec.store import DEFAULT_MODEL, resolve
 
 
-def _messages(row: dict) -> list[dict]:
-    return row.get("messages") or [{"role": "user", "content": row["prompt"]}]
-
-
-def time_api(llm: EdgeSpec, messages: list[dict], max_tokens: int) -> tuple[int, float, float]:
+def time_api(llm: EdgeSpec, row: dict, max_tokens: int) -> tuple[int, float, float]:
     """(tokens, seconds from first piece to last, the engine's own tokens/s)."""
-    stream = llm.chat_stream(messages, max_tokens=max_tokens, temperature=0.0)
+    stream = llm.stream_ids(encode_prompt(row, llm), max_tokens=max_tokens, temperature=0.0)
     first = last = None
     for _ in stream:
         last = time.perf_counter()
@@ -44,13 +40,19 @@ def time_api(llm: EdgeSpec, messages: list[dict], max_tokens: int) -> tuple[int,
     return len(c.token_ids), (last or 0) - (first or 0), c.stats.tokens_per_s
 
 
-def time_server(client, model_id: str, messages: list[dict], max_tokens: int) -> tuple[int, float, float]:
+def time_server(client, model_id: str, row: dict, max_tokens: int) -> tuple[int, float, float]:
+    """The same row through the server: `messages` to /v1/chat/completions, `prompt` to /v1/completions."""
+    kw = dict(model=model_id, temperature=0, max_tokens=max_tokens, stream=True, stream_options={"include_usage": True})
+    if "messages" in row:
+        chunks = client.chat.completions.create(messages=row["messages"], **kw)
+        text_of = lambda choice: choice.delta.content  # noqa: E731
+    else:
+        chunks = client.completions.create(prompt=row["prompt"], **kw)
+        text_of = lambda choice: choice.text  # noqa: E731
     first = last = None
     tokens, engine_tps = 0, 0.0
-    for chunk in client.chat.completions.create(model=model_id, messages=messages, temperature=0,
-                                                max_tokens=max_tokens, stream=True,
-                                                stream_options={"include_usage": True}):
-        if chunk.choices and chunk.choices[0].delta.content:
+    for chunk in chunks:
+        if chunk.choices and text_of(chunk.choices[0]):
             last = time.perf_counter()
             first = first or last
         if chunk.choices and chunk.choices[0].finish_reason:
@@ -79,7 +81,8 @@ def main(
     model: str = typer.Option(DEFAULT_MODEL, "--model", "-m"),
     drafter: str = typer.Option("auto", "--drafter", "-d"),
     max_tokens: int = typer.Option(128, "--max-tokens", "-n", min=2),
-    limit: int = typer.Option(2, "--limit", help="Prompts per category of the bench's set."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="JSONL as for `edgespec bench` (default: its set)."),
+    limit: int = typer.Option(2, "--limit", help="Prompts per category."),
     ctx: int = typer.Option(4096, "--ctx"),
     threads: Optional[int] = typer.Option(None, "--threads", "-t"),
     json_path: Optional[Path] = typer.Option(None, "--json"),
@@ -87,7 +90,7 @@ def main(
     from openai import OpenAI
 
     console = Console(width=max(Console().width, 120))  # piped output is 80 columns: the table needs more
-    rows = load_prompts(None, limit)
+    rows = load_prompts(prompts, limit)
     resolve(model)  # fetch before timing anything
     llm = EdgeSpec(model, drafter=drafter, n_ctx=ctx, threads=threads, quiet=True)
     proc, url = start_server(model, drafter, ctx, threads)
@@ -95,16 +98,15 @@ def main(
         client = OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=600)
         model_id = client.models.list().data[0].id
         # warm-up, untimed: calibration, first-call allocations, page cache
-        time_api(llm, _messages(rows[0]), 16)
-        time_server(client, model_id, _messages(rows[0]), 16)
+        time_api(llm, rows[0], 16)
+        time_server(client, model_id, rows[0], 16)
         results = []
         for i, row in enumerate(rows):
-            msgs = _messages(row)
             order = ("api", "server") if i % 2 == 0 else ("server", "api")  # neither always goes first
             got = {}
             for side in order:
-                got[side] = (time_api(llm, msgs, max_tokens) if side == "api"
-                             else time_server(client, model_id, msgs, max_tokens))
+                got[side] = (time_api(llm, row, max_tokens) if side == "api"
+                             else time_server(client, model_id, row, max_tokens))
             results.append({"category": row["category"],
                             **{f"{side}_{k}": v for side, (n, s, e) in got.items()
                                for k, v in (("tokens", n), ("seconds", s), ("engine_tokens_per_s", e))}})

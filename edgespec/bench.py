@@ -68,6 +68,11 @@ class Run:
     by_key: dict[str, list[int]] = field(default_factory=dict)  # drafter kind -> [drafted, accepted]
 
 
+def encode_prompt(row: dict, llm) -> list[int]:
+    """A prompt row's token ids: `messages` through the model's chat template, `prompt` as plain text."""
+    return llm.chat_ids(row["messages"]) if "messages" in row else llm.tokenize(row["prompt"])
+
+
 def _timed(stream: Iterable[int]) -> tuple[list[int], float]:
     toks: list[int] = []
     t_first = None
@@ -166,8 +171,7 @@ def run_bench(
                 if o.llm.tokenizer.n_vocab != tmpl.tokenizer.n_vocab:
                     raise EdgespecError(f"{onnx} has another vocabulary than {model}: export the same model")
                 methods[f"onnx:{'plain' if d == 'none' else d}"] = o.run
-    encoded = [(p["category"], tmpl.chat_ids(p["messages"]) if "messages" in p else tmpl.tokenize(p["prompt"]))
-               for p in prompts]
+    encoded = [(p["category"], encode_prompt(p, tmpl)) for p in prompts]
     too_long = [len(ids) for _, ids in encoded if len(ids) + max_tokens > ctx]
     if too_long:
         raise EdgespecError(f"a prompt of {too_long[0]} tokens plus {max_tokens} new ones exceeds --ctx {ctx}")

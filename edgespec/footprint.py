@@ -106,10 +106,9 @@ class ModelFacts:
     @classmethod
     def read(cls, path: str | os.PathLike) -> "ModelFacts":
         """Parse the file in this process (see from_gguf for why that is avoided)."""
-        from .gguf_check import check_gguf, read_gguf
+        from .gguf_check import read_checked_gguf
 
-        check_gguf(path)
-        r = read_gguf(path)
+        r = read_checked_gguf(path)
         f = r.fields
 
         def get(key: str, default=None):

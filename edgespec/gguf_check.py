@@ -52,6 +52,15 @@ class GGUFSummary:
 
 def check_gguf(path: str | os.PathLike) -> GGUFSummary:
     """Raise ModelError unless `path` is a complete, well-formed GGUF model file."""
+    return _checked(path)[1]
+
+
+def read_checked_gguf(path: str | os.PathLike) -> GGUFReader:
+    """check_gguf, then the reader it parsed (one parse, not two)."""
+    return _checked(path)[0]
+
+
+def _checked(path: str | os.PathLike) -> tuple[GGUFReader, GGUFSummary]:
     p = Path(path)
     if not p.is_file():
         raise ModelError(f"model file not found: {p}")
@@ -80,7 +89,7 @@ def check_gguf(path: str | os.PathLike) -> GGUFSummary:
         raise ModelError(f"{p} holds no tensors (a vocabulary-only file cannot generate)")
     _check_vocabulary(p, tokens)
     _check_layers(p, reader, str(arch))
-    return GGUFSummary(p, str(arch), len(reader.tensors), len(tokens.data), size)
+    return reader, GGUFSummary(p, str(arch), len(reader.tensors), len(tokens.data), size)
 
 
 def _check_vocabulary(p: Path, tokens) -> None:

@@ -70,7 +70,7 @@ def run_profile(model: str, drafter: str, budget: str | int | None, n_ctx: int, 
     """Load, generate every prompt (plain and speculative alternately), and report
     the plan, predicted against measured memory, and speeds."""
     from .api import EdgeSpec
-    from .bench import _timed
+    from .bench import _timed, encode_prompt
     from .engine import Engine
 
     with MemorySampler() as mem:
@@ -81,7 +81,7 @@ def run_profile(model: str, drafter: str, budget: str | int | None, n_ctx: int, 
             if llm.plan is None:
                 raise EdgespecError(f"{model} is not a GGUF model: the memory model covers llama.cpp models")
             loaded = mem.mark("loaded")
-            encoded = [llm.chat_ids(p["messages"]) if "messages" in p else llm.tokenize(p["prompt"]) for p in prompts]
+            encoded = [encode_prompt(p, llm) for p in prompts]
             longest = max(len(ids) for ids in encoded)
             if longest + max_tokens > llm.backend.n_ctx:
                 raise EdgespecError(f"a prompt of {longest} tokens plus {max_tokens} new ones exceeds the "

@@ -173,14 +173,15 @@ def _model_card(model_id: str, created: int, llm: EdgeSpec) -> dict:
 
 
 async def _read_body(request: Request, limits: Limits) -> bytes:
+    too_large = ApiError(413, f"the request body is over {limits.max_body_bytes} bytes", code="body_too_large")
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
-        raise ApiError(413, f"the request body is over {limits.max_body_bytes} bytes", code="body_too_large")
+        raise too_large
     body = bytearray()
     async for chunk in request.stream():  # chunked bodies have no length: count as they come
         body += chunk
         if len(body) > limits.max_body_bytes:
-            raise ApiError(413, f"the request body is over {limits.max_body_bytes} bytes", code="body_too_large")
+            raise too_large
     return bytes(body)
 
 
