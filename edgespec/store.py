@@ -244,27 +244,40 @@ def resolve(model: str, fetch_missing: bool = True, quiet: bool = False) -> Path
             raise ModelError(f"unknown model {model!r}; known: {', '.join(MODELS)} (or give a path to a .gguf file or an ONNX export folder)")
         raise ModelError(f"model file not found: {p}")
     if p.is_dir():
+        from .export_check import check_export
         from .runtimes import model_file
 
-        p = model_file(p)  # an export folder: its model.onnx or .gguf
+        folder, p = p, model_file(p)  # an export folder: its model.onnx or .gguf
+        _checked_once(folder, lambda: check_export(folder, p))
         if p.suffix.lower() == ".onnx":
-            return p.parent
+            return folder
     if p.suffix.lower() == ".onnx":
+        from .export_check import check_onnx
+
+        _checked_once(p, lambda: check_onnx(p))
         return p
-    key_file = _local_stamp(p)
-    if key_file.is_file():
-        try:
-            if json.loads(key_file.read_text()) == {**_file_key(p), "path": str(p.resolve())}:
-                return p
-        except (OSError, ValueError):
-            pass
-    check_gguf(p)
+    _checked_once(p, lambda: check_gguf(p))
+    return p
+
+
+def _checked_once(p: Path, check: Callable[[], None]) -> None:
+    """Run a structural check unless it passed on exactly these files before: the
+    result is remembered by path, sizes and mtimes when the cache is writable."""
+    files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+    key = {"path": str(p.resolve()), "files": {str(f.relative_to(p) if p.is_dir() else f.name): _file_key(f)
+                                               for f in files}}
+    stamp = _local_stamp(p)
     try:
-        key_file.parent.mkdir(parents=True, exist_ok=True)
-        key_file.write_text(json.dumps({**_file_key(p), "path": str(p.resolve())}))
+        if json.loads(stamp.read_text()) == key:
+            return
+    except (OSError, ValueError):
+        pass
+    check()
+    try:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(json.dumps(key))
     except OSError:
         pass  # the check simply runs again next time
-    return p
 
 
 def _local_stamp(p: Path) -> Path:

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from ..export_check import MANIFEST, file_digests
 from .gguf_writer import GGUF_QUANTS, quantize_gguf, write_gguf
 from .onnx_export import ONNX_QUANTS, export_onnx, quantize_onnx
 from .source import ExportError, Source, load_model, open_source, stage_checkpoint
 
-MANIFEST = "manifest.json"
 
 
 @dataclass
@@ -192,6 +192,7 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
             "trim": {k: v for k, v in trim.items() if k != "ids"} if trim else None,
             "parameters": int(sum(p.numel() for p in model.parameters())),
             "size_bytes": sum(p.stat().st_size for p in result.rglob("*") if p.is_file()),
+            "files": file_digests(result),  # compared before every load (export_check)
             "validation": validation,
             "stage_seconds": stages.seconds,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
