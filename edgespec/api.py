@@ -190,6 +190,10 @@ class EdgeSpec:
     ) -> Stream:
         """Stream the completion of `prompt_ids`. `cancel`, when given, is the event
         that stops it (so a caller can cancel before the first piece exists)."""
+        n_vocab = self.tokenizer.n_vocab
+        bad = next((t for t in prompt_ids if not 0 <= t < n_vocab), None)
+        if bad is not None:  # caught here: native backends would abort, numpy ones wrap negative ids
+            raise ValueError(f"prompt token id {bad} is outside the vocabulary (0..{n_vocab - 1})")
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         cancel = cancel or threading.Event()
         stream = Stream(iter(()), cancel, list(prompt_ids))

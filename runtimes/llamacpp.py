@@ -79,9 +79,16 @@ class LlamaTokenizer(Tokenizer):
             n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_bos and self.add_bos, special)
         return list(buf[:n])
 
+    def _check(self, token: int) -> None:
+        # llama.cpp indexes its vocabulary with .at(): an unknown id throws a C++
+        # exception through the C API, which aborts the whole process
+        if not 0 <= token < self.n_vocab:
+            raise ValueError(f"token id {token} is outside the vocabulary (0..{self.n_vocab - 1})")
+
     def token_bytes(self, token: int) -> bytes:
         piece = self._pieces.get(token)
         if piece is None:
+            self._check(token)
             n = ll.llama_token_to_piece(self._vocab, token, self._buf, len(self._buf), 0, False)
             if n < 0:
                 big = ctypes.create_string_buffer(-n)
@@ -93,6 +100,7 @@ class LlamaTokenizer(Tokenizer):
         return piece
 
     def token_text(self, token: int) -> str:
+        self._check(token)
         buf = ctypes.create_string_buffer(256)
         n = ll.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, True)
         return buf.raw[: max(n, 0)].decode("utf-8", errors="replace")

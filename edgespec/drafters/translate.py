@@ -103,7 +103,9 @@ class TextView:
         new = self.tok.encode(self.data[start:end].decode("utf-8", errors="replace"), add_bos=False, special=True)
         ends, pos = [], start
         for t in new:
-            pos += len(surface(self.tok, t))
+            # clamped: a U+FFFD standing for one invalid byte spells three, and ends
+            # must stay offsets into `data`, rising (found by fuzzing)
+            pos = min(pos + len(surface(self.tok, t)), end)
             ends.append(pos)
         if ends:
             ends[-1] = end  # a lossy tokenizer (an <unk>, U+FFFD) must still cover the text
