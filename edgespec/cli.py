@@ -180,7 +180,8 @@ def chat(
                 err.print(f"[dim](the oldest {dropped} turn(s) dropped to fit the context)[/]")
         except EdgespecError as e:
             messages.pop()
-            err.print(f"[bold red]error:[/] {e}; the message was not sent, the chat goes on", highlight=False)
+            err.print(f"[bold red]error:[/] {e}; the message was not sent, the chat goes on", highlight=False,
+                      soft_wrap=True)
             continue
         stream = llm.stream_ids(ids, max_tokens=max_tokens, temperature=temperature, seed=seed)
         with _ctrl_c_cancels(stream):

@@ -54,8 +54,10 @@ class ExportPlan:
         parent = out.resolve().parent
         if not parent.is_dir():
             raise ExportError(f"cannot write {out}: folder {parent} does not exist")
-        if not os.access(parent, os.W_OK):
-            raise ExportError(f"cannot write {out}: folder {parent} is not writable")
+        try:  # try, rather than os.access: root passes access checks on read-only file systems
+            os.rmdir(tempfile.mkdtemp(prefix=f".{out.name}.probe-", dir=parent))
+        except OSError:
+            raise ExportError(f"cannot write {out}: folder {parent} is not writable") from None
 
 
 @dataclass

@@ -13,7 +13,7 @@ def edgespec(*args, stdin=None, timeout=600):
 
 
 def assert_one_line_error(r, pattern):
-    assert r.returncode != 0
+    assert r.returncode == 1, (r.returncode, r.stderr)
     assert "Traceback" not in r.stderr and "Traceback" not in r.stdout
     lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1, r.stderr

@@ -1,0 +1,92 @@
+"""Every error path the issues name, and the test that checks its message and its
+exit code (CLI) or HTTP status (server). The list is checked too: each entry must
+name a test that exists, so the audit cannot rot silently. Paths that had no such
+test before the audit are tested here."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from test_cli import assert_one_line_error, edgespec
+
+HERE = Path(__file__).parent
+
+# error path (issue) -> test that checks message + exit code / status
+AUDIT = {
+    "missing model file (#2)": "test_cli.py::test_missing_model_file",
+    "unknown model name (#2)": "test_cli.py::test_unknown_model_name",
+    "corrupt GGUF (#2)": "test_cli.py::test_corrupt_gguf",
+    "truncated GGUF (#2, #9)": "test_store.py::test_a_truncated_gguf_is_detected_and_never_loaded",
+    "prompt longer than the context, CLI (#2)": "test_cli.py::test_prompt_longer_than_the_context",
+    "prompt longer than the context, chat goes on (#2)": "test_error_paths.py::test_a_chat_message_too_long_for_the_context_is_refused_and_the_chat_goes_on",
+    "unknown drafter (#2)": "test_cli.py::test_unknown_drafter",
+    "unsupported architecture, missing tokenizer, wrong quant, missing or unwritable output (#3)":
+        "test_export.py::test_bad_export_input_gives_one_line_errors",
+    "trim K larger than the vocabulary (#3)": "test_export.py::test_trim_larger_than_the_vocabulary_is_refused",
+    "drafter vocabulary that cannot be mapped (#4)":
+        "test_error_paths.py::test_a_drafter_whose_vocabulary_cannot_be_mapped_is_one_clear_line",
+    "memory budget too small, or not a size (#5)": "test_memory_budget.py::test_a_budget_below_the_minimum_is_one_clear_line",
+    "bad requests: malformed JSON, unknown model, too-long prompt, negative max_tokens, wrong types (#8)":
+        "test_server.py::test_bad_requests_get_a_4xx_json_error",
+    "unknown route or method (#8)": "test_server.py::test_unknown_routes_and_methods_get_json_errors_too",
+    "model path outside the store without --allow-path (#8, #9)":
+        "test_server.py::test_serving_a_file_outside_the_store_needs_allow_path",
+    "full queue (#8)": "test_server.py::test_a_full_queue_answers_503_not_a_hang",
+    "missing or wrong API key (#8, #9)": "test_server.py::test_api_key_and_closed_cors",
+    "serving a model that does not exist (#8)": "test_error_paths.py::test_serving_a_missing_model_is_one_clear_line",
+    "hostile GGUF that aborts llama.cpp (#9)": "test_hostile_gguf.py::test_files_that_abort_llama_cpp_are_refused_before_loading",
+    "damaged or changed export (#9)":
+        "test_export.py::test_an_export_changed_after_it_was_written_is_refused_before_loading",
+    "invalid ONNX graph (#9)": "test_export.py::test_a_broken_onnx_graph_is_refused_by_the_onnx_checker",
+    "prompt token id outside the vocabulary (#9)":
+        "test_error_paths.py::test_prompt_ids_outside_the_vocabulary_are_refused_before_any_backend_sees_them",
+    "Ctrl-C in generate (#9)": "test_interrupt.py::test_ctrl_c_during_generate_stops_with_exit_130",
+    "Ctrl-C in chat (#9)": "test_interrupt.py::test_ctrl_c_during_a_chat_answer_stops_the_answer_not_the_chat",
+    "Ctrl-C in fetch (#9)": "test_interrupt.py::test_ctrl_c_during_fetch_leaves_no_partial_model",
+    "Ctrl-C in export (#9)": "test_interrupt.py::test_ctrl_c_during_export_leaves_no_output",
+}
+
+
+def test_every_audited_error_path_names_a_test_that_exists():
+    for path, ref in AUDIT.items():
+        file, name = ref.split("::")
+        tree = ast.parse((HERE / file).read_text())
+        names = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        assert name in names, f"{path}: {ref} does not exist"
+
+
+def test_a_drafter_whose_vocabulary_cannot_be_mapped_is_one_clear_line(smollm2_path, tmp_path):
+    from tiny_gguf import write
+
+    # a valid model whose vocabulary spells only eight letters: text cannot go through it
+    drafter = write(tmp_path / "eight-letters.gguf", tokens=[*"abcdefgh", "<|endoftext|>"])
+    r = edgespec("generate", "hi", "-m", "smollm2-135m", "-d", str(drafter), "-n", "4")
+    assert_one_line_error(r, "cannot be mapped to the other model's")
+
+
+def test_serving_a_missing_model_is_one_clear_line(tmp_path):
+    r = edgespec("serve", str(tmp_path / "nothing.gguf"), "--allow-path", "--port", "0")
+    assert_one_line_error(r, "model file not found")
+
+
+@pytest.mark.real_model
+def test_a_chat_message_too_long_for_the_context_is_refused_and_the_chat_goes_on(smollm2_path):
+    r = edgespec("chat", "-m", "smollm2-135m", "--ctx", "256", "-n", "8", "--plain",
+                 stdin="word " * 400 + "\nSay hi.\n/quit\n")
+    assert r.returncode == 0 and "Traceback" not in r.stderr
+    assert "the message was not sent, the chat goes on" in r.stderr
+    assert r.stderr.count("tok/s") == 1  # the next message was answered
+
+
+@pytest.mark.real_model
+def test_prompt_ids_outside_the_vocabulary_are_refused_before_any_backend_sees_them(smollm2_path):
+    from edgespec import EdgeSpec
+
+    llm = EdgeSpec("smollm2-135m", drafter="none", n_ctx=256)
+    for bad in (llm.tokenizer.n_vocab, -1):  # llama.cpp aborts the process on the first
+        with pytest.raises(ValueError, match=f"prompt token id {bad} is outside the vocabulary"):
+            llm.stream_ids([1, bad], max_tokens=4)
+    assert llm.generate("Hello", max_tokens=2).token_ids  # still usable afterwards
