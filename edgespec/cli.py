@@ -235,15 +235,28 @@ def bench(
     peer: bool = typer.Option(True, "--peer/--no-peer", help="Include llama-cpp-python's own prompt lookup."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N prompts of each category."),
     onnx: Optional[str] = typer.Option(None, "--onnx", help="An ONNX export of the same model: also run it on ONNX Runtime."),
+    backend: str = typer.Option("cpu", "--backend", help="cpu (measured here) or fpga-sim (acceptance measured here, "
+                                "tokens/s and energy simulated for TeLLMe v2's design on a KV260)."),
 ) -> None:
     """Plain llama.cpp, its prompt lookup and edgespec's drafters, side by side in one run.
 
     Example: edgespec bench -m qwen2.5-coder-1.5b --drafters lookup,auto -n 256 --json bench.json
-    (add --onnx FOLDER to run an `edgespec export` of the model on ONNX Runtime beside llama.cpp)
+    (add --onnx FOLDER to run an `edgespec export` of the model on ONNX Runtime beside llama.cpp;
+    --backend fpga-sim prices every call on a simulated KV260 FPGA instead of timing this CPU)
     """
     from .bench import load_prompts, print_rows, run_bench
 
     names = [d.strip() for d in drafters.split(",") if d.strip()]
+    if backend == "fpga-sim":
+        from .fpga_bench import print_fpga_rows, run_fpga_bench
+
+        rows = run_fpga_bench(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft, err)
+        print_fpga_rows(rows, out)
+        if json_path:
+            json_path.write_text(json.dumps(rows, indent=2))
+        return
+    if backend != "cpu":
+        raise EdgespecError(f"unknown --backend {backend!r}: cpu or fpga-sim")
     rows = run_bench(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft, peer, err,
                      onnx=onnx)
     print_rows(rows, out)
@@ -362,10 +375,10 @@ def serve(
 @user_errors
 def export(
     source: str = typer.Argument(..., help="Hugging Face checkpoint folder, .gguf file, or model-store name."),
-    to: str = typer.Option(..., "--to", help="onnx or gguf."),
+    to: str = typer.Option(..., "--to", help="onnx, gguf, or ternary (packed TLMM weights for the fpga-sim backend)."),
     output: Path = typer.Option(..., "--output", "-o", help="Folder to create for the exported model."),
     quant: Optional[str] = typer.Option(
-        None, "--quant", "-q", help="onnx: fp32 (default), int8, int8-dynamic, int4 (= int4-b32), int4-b128; gguf: f16 (default), q8_0, q4_k_m."),
+        None, "--quant", "-q", help="onnx: fp32 (default), int8, int8-dynamic, int4 (= int4-b32), int4-b128; gguf: f16 (default), q8_0, q4_k_m, tq2_0, tq1_0 (llama.cpp's ternary types); ternary: b1.58."),
     trim_vocab: Optional[int] = typer.Option(None, "--trim-vocab", help="VocabTrim: keep the K most used tokens in the LM head."),
     calib: list[Path] = typer.Option([], "--calib", help="Text file(s) whose tokens the target uses (default: its own generations)."),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Compare with the source on a fixed text."),
@@ -373,9 +386,10 @@ def export(
     threads: Optional[int] = ThreadsOpt,
     json_out: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
 ) -> None:
-    """Export a model to ONNX or GGUF, quantized, optionally with a trimmed vocabulary.
+    """Export a model to ONNX, GGUF or ternary, quantized, optionally with a trimmed vocabulary.
 
     Example: edgespec export smollm2-135m --to onnx -q int4 -o smollm2-int4
+    (--to ternary writes BitNet b1.58 weights packed for table-lookup matmul: the fpga-sim backend runs it)
     """
     from .export.pipeline import ExportPlan, run_export
 

@@ -249,7 +249,7 @@ def resolve(model: str, fetch_missing: bool = True, quiet: bool = False) -> Path
 
         folder, p = p, model_file(p)  # an export folder: its model.onnx or .gguf
         _checked_once(folder, lambda: check_export(folder, p))
-        if p.suffix.lower() == ".onnx":
+        if p.suffix.lower() in (".onnx", ".npz"):  # ONNX and ternary exports load from their folder
             return folder
     if p.suffix.lower() == ".onnx":
         from .export_check import check_onnx

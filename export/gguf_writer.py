@@ -21,7 +21,7 @@ import numpy as np
 
 from .source import ExportError
 
-GGUF_QUANTS = ("f16", "q8_0", "q4_k_m")
+GGUF_QUANTS = ("f16", "q8_0", "q4_k_m", "tq2_0", "tq1_0")  # TQ: llama.cpp's ternary types
 
 
 def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -171,7 +171,8 @@ def quantize_gguf(f16: Path, out: Path, quant: str, threads: int | None = None) 
 
     from ..runtimes.llamacpp import _init_backend, default_threads
 
-    ftypes = {"q8_0": ll.LLAMA_FTYPE_MOSTLY_Q8_0, "q4_k_m": ll.LLAMA_FTYPE_MOSTLY_Q4_K_M}
+    ftypes = {"q8_0": ll.LLAMA_FTYPE_MOSTLY_Q8_0, "q4_k_m": ll.LLAMA_FTYPE_MOSTLY_Q4_K_M,
+              "tq2_0": ll.LLAMA_FTYPE_MOSTLY_TQ2_0, "tq1_0": ll.LLAMA_FTYPE_MOSTLY_TQ1_0}
     if quant not in ftypes:
         raise ExportError(f"unknown GGUF quantization {quant!r}; choose one of: {', '.join(GGUF_QUANTS)}")
     _init_backend()

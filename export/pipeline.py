@@ -19,6 +19,8 @@ from typing import Iterator, Sequence
 from ..export_check import MANIFEST, file_digests
 from .gguf_writer import GGUF_QUANTS, quantize_gguf, write_gguf
 from .onnx_export import ONNX_QUANTS, export_onnx, quantize_onnx
+
+TERNARY_QUANTS = ("b1.58",)  # BitNet b1.58 absmean ternary, int8 activations
 from .source import ExportError, Source, load_model, open_source, stage_checkpoint
 
 
@@ -37,12 +39,14 @@ class ExportPlan:
 
     def check(self) -> None:
         """Everything that can be refused before loading a model."""
-        if self.to not in ("onnx", "gguf"):
-            raise ExportError(f"--to must be onnx or gguf, not {self.to!r}")
-        quants = ONNX_QUANTS if self.to == "onnx" else GGUF_QUANTS
+        if self.to not in ("onnx", "gguf", "ternary"):
+            raise ExportError(f"--to must be onnx, gguf or ternary, not {self.to!r}")
+        quants = {"onnx": ONNX_QUANTS, "gguf": GGUF_QUANTS, "ternary": TERNARY_QUANTS}[self.to]
         self.quant = self.quant or quants[0]
         if self.quant not in quants:
             raise ExportError(f"--quant {self.quant} does not apply to {self.to}; choose one of: {', '.join(quants)}")
+        if self.trim_vocab is not None and self.to == "ternary":
+            raise ExportError("--trim-vocab applies to onnx and gguf drafters, not to ternary exports")
         if self.trim_vocab is not None and self.trim_vocab < 1:
             raise ExportError(f"--trim-vocab must be a positive number of tokens, not {self.trim_vocab}")
         for c in self.calib:
@@ -142,7 +146,7 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
     try:
         result = scratch / "result"
         result.mkdir()
-        keep, trim = None, None
+        keep, trim, ternary_info = None, None, None
         if plan.trim_vocab is not None:
             from .vocabtrim import plan_trim, write_vocab_map
 
@@ -163,6 +167,12 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
                 with stages.stage(f"quantizing ONNX to {plan.quant}"):
                     quantize_onnx(fp32, result, plan.quant)
             model_file = result / "model.onnx"
+        elif plan.to == "ternary":
+            from .ternary_export import TERNARY_FILE, write_ternary
+
+            with stages.stage("ternarizing and packing the block projections (TLMM, G = 3)"):
+                ternary_info = write_ternary(model, checkpoint, result)
+            model_file = result / TERNARY_FILE
         else:
             f16 = result / "model.gguf" if plan.quant == "f16" else scratch / "model-f16.gguf"
             with stages.stage("writing GGUF f16"):
@@ -196,6 +206,7 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
             "size_bytes": sum(p.stat().st_size for p in result.rglob("*") if p.is_file()),
             "files": file_digests(result),  # compared before every load (export_check)
             "validation": validation,
+            "ternary": ternary_info,
             "stage_seconds": stages.seconds,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }

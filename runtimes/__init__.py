@@ -14,13 +14,13 @@ def model_file(path: str | os.PathLike) -> Path:
     p = Path(path)
     if not p.is_dir():
         return p
-    for name in ("model.onnx", "model.gguf"):
+    for name in ("model.onnx", "model.gguf", "model.ternary.npz"):
         if (p / name).is_file():
             return p / name
     ggufs = sorted(p.glob("*.gguf"))
     if len(ggufs) == 1:
         return ggufs[0]
-    raise ModelError(f"{p} holds no model.onnx or single .gguf file")
+    raise ModelError(f"{p} holds no model.onnx, model.ternary.npz or single .gguf file")
 
 
 def open_backend(path: str | os.PathLike, n_ctx: int = 4096, threads: int | None = None, **llama_options) -> Backend:
@@ -34,6 +34,12 @@ def open_backend(path: str | os.PathLike, n_ctx: int = 4096, threads: int | None
         from .onnxruntime import OnnxBackend
 
         return OnnxBackend(f, n_ctx=n_ctx, n_threads=threads)
+    if f.name.endswith(".ternary.npz"):  # `export --to ternary`: runs on the FPGA simulation
+        if llama_options:
+            raise ModelError(f"{f} is a ternary export: memory plans ({', '.join(llama_options)}) apply to GGUF models")
+        from .fpga_sim import open_ternary
+
+        return open_ternary(f.parent, n_ctx=n_ctx)
     from .llamacpp import LlamaCppBackend
 
     return LlamaCppBackend(f, n_ctx=n_ctx, n_threads=threads, **llama_options)
