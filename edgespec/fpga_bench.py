@@ -93,3 +93,6 @@ def print_fpga_rows(rows: list[dict], console: Console) -> None:
                   f"(paper {p['decode_tokens_per_s']:g}), TTFT 64 tokens {m.prefill_seconds(64):.2f} s "
                   f"(paper {p['ttft_64_s']:g}), 128 tokens {m.prefill_seconds(128):.2f} s (paper {p['ttft_128_s']:g})",
                   highlight=False)
+    one = m.eval_cost(1, 256).seconds
+    curve = ", ".join(f"{k}: {m.eval_cost(k, 256).seconds / one:.2f}x" for k in (2, 4, 8, 16))
+    console.print(f"board cost of verifying k tokens at context 256, against one token: {curve}", highlight=False)
