@@ -89,6 +89,12 @@ class Backend(ABC):
     def memory(self) -> dict[str, int]:
         """Bytes held, by component (weights, kv_cache, logits, compute, ...)."""
 
+    def simulated_seconds(self, n: int, n_past: int) -> float | None:
+        """For a backend that simulates other hardware (fpga-sim): what evaluating n
+        tokens after n_past would take there. The controller then plans draft lengths
+        from that hardware's costs, not from this machine's clock. None: real time."""
+        return None
+
     def cost_key(self) -> str | None:
         """Identifies what batch costs depend on (model, build, threads, machine),
         so measured costs can be reused; None if they should not be cached."""

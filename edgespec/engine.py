@@ -56,10 +56,14 @@ class Engine:
         timed. Results are cached on disk per model, build and machine.
         """
         b = self.backend
+        base = b.n_past
+        if b.simulated_seconds(1, base) is not None:  # simulated hardware: its costs are known, not timed
+            for n in sizes or range(1, self.max_draft + 2):
+                self.controller.cost.observe(n, b.simulated_seconds(n, base))
+            return self.controller.cost.measured
         key = b.cost_key()
         if sizes is None and calibration.load(key, self.controller.cost):
             return self.controller.cost.measured
-        base = b.n_past
         sizes = [n for n in (sizes or range(1, self.max_draft + 2)) if base + n <= b.n_ctx]
         filler = self.cached[-1] if self.cached else (b.tokenizer.bos_id or 0)
         for n in (1, 1, 4):  # warm-up: first calls pay for allocations and cold caches
@@ -196,7 +200,8 @@ class Engine:
                 self.cached.extend(batch[: 1 + n])
                 st.record_step(draft.key, k, n)
                 if drafter is not None:
-                    ctl.record(draft.key, k, n, len(batch), dt)
+                    sim = b.simulated_seconds(len(batch), n_before)
+                    ctl.record(draft.key, k, n, len(batch), dt if sim is None else sim)
                     t0 = time.perf_counter()
                     drafter.observe(history, batch[: n + 1], out[: n + 1])
                     st.draft_s += time.perf_counter() - t0

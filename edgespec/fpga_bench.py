@@ -18,15 +18,6 @@ from .bench import encode_prompt
 from .runtimes.fpga_cost import BITNET_0_73B, KV260, TELLME, TELLME_PUBLISHED, CostModel
 
 
-def _board_engine(llm, cost: CostModel) -> None:
-    """Make the controller believe the board's batch costs, and keep believing them."""
-    c = llm.engine.controller
-    for n in range(1, c.max_k + 2):
-        c.cost.observe(n, cost.eval_cost(n, 256).seconds)
-    c.cost.alpha = 0.0  # the CPU's real timings must not overwrite the board's
-    llm.engine._calibrate = False
-
-
 def run_fpga_bench(model: str, rows: list[dict], drafters: list[str], max_tokens: int, ctx: int,
                    threads: int | None, max_draft: int, console: Console) -> list[dict]:
     from .api import EdgeSpec
@@ -39,8 +30,8 @@ def run_fpga_bench(model: str, rows: list[dict], drafters: list[str], max_tokens
     methods = {}
     for d in ["none", *drafters]:
         clock = BoardClock(open_backend(path, n_ctx=ctx, threads=threads), cost)
+        # the clock reports the board's time for every batch: the controller plans from it
         llm = EdgeSpec(clock, drafter=d, n_ctx=ctx, threads=threads, max_draft=max_draft)
-        _board_engine(llm, cost)
         methods["plain" if d == "none" else d] = (llm, clock)
     totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0, 0])
     for i, row in enumerate(rows, 1):

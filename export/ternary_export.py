@@ -63,8 +63,8 @@ def write_ternary(model, checkpoint: Path, out: Path) -> dict:
             zeros += int((wq == 0).sum())
         else:
             arrays[name] = w.astype(np.float32)
-    if "lm_head.weight" not in arrays:  # tied embeddings
-        arrays["lm_head.weight"] = arrays["model.embed_tokens.weight"]
+    if getattr(model.config, "tie_word_embeddings", False):
+        arrays.pop("lm_head.weight", None)  # the embedding serves as the head: stored once
     np.savez(out / TERNARY_FILE, **arrays)
     model.config.save_pretrained(out)
     for f in TOKENIZER_FILES:

@@ -109,7 +109,8 @@ class TernaryLlama:
         self.d_ff = cfg["intermediate_size"]
         with np.load(folder / TERNARY_FILE) as z:
             f = lambda k: z[k].astype(np.float64)  # noqa: E731
-            self.emb, self.final_norm, self.head = f("model.embed_tokens.weight"), f("model.norm.weight"), f("lm_head.weight")
+            self.emb, self.final_norm = f("model.embed_tokens.weight"), f("model.norm.weight")
+            self.head = f("lm_head.weight") if "lm_head.weight" in z.files else self.emb  # tied
             self.layers = []
             for i in range(self.n_layer):
                 pre = f"model.layers.{i}."
@@ -131,7 +132,7 @@ class TernaryLlama:
         return sum(p.nbytes_packed for layer in self.layers for k, p in layer.items() if k in self.PROJ)
 
     def float_bytes(self) -> int:
-        return self.emb.nbytes + self.head.nbytes
+        return self.emb.nbytes + (0 if self.head is self.emb else self.head.nbytes)
 
     def new_cache(self, n_ctx: int) -> tuple[np.ndarray, np.ndarray]:
         shape = (self.n_layer, n_ctx, self.n_kv, self.hd)
@@ -212,6 +213,9 @@ class FpgaSimBackend(Backend):
         self.simulated_s += self.cost.eval_cost(n, p0, n_logits).seconds
         return np.array([self.model.logits(r) for r in x[n - n_logits :]], dtype=np.float32)
 
+    def simulated_seconds(self, n: int, n_past: int) -> float:
+        return self.cost.eval_cost(n, n_past).seconds
+
     def rollback(self, n_past: int) -> None:
         if not 0 <= n_past <= self._n_past:
             raise ValueError(f"cannot roll back to {n_past}: the cache holds {self._n_past} tokens")
@@ -245,6 +249,9 @@ class BoardClock(Backend):
         self.calls.append((len(ids), p0))
         self.simulated_s += self.cost.eval_cost(len(ids), p0, len(out)).seconds
         return out
+
+    def simulated_seconds(self, n: int, n_past: int) -> float:
+        return self.cost.eval_cost(n, n_past).seconds
 
     def rollback(self, n_past: int) -> None:
         self.inner.rollback(n_past)
