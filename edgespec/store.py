@@ -247,7 +247,7 @@ def resolve(model: str, fetch_missing: bool = True, quiet: bool = False) -> Path
         from .export_check import check_export
         from .runtimes import model_file
 
-        folder, p = p, model_file(p)  # an export folder: its model.onnx or .gguf
+        folder, p = p, model_file(p)  # an export folder: its model.onnx, .gguf or model.ternary.npz
         _checked_once(folder, lambda: check_export(folder, p))
         if p.suffix.lower() in (".onnx", ".npz"):  # ONNX and ternary exports load from their folder
             return folder

@@ -19,10 +19,9 @@ from typing import Iterator, Sequence
 from ..export_check import MANIFEST, file_digests
 from .gguf_writer import GGUF_QUANTS, quantize_gguf, write_gguf
 from .onnx_export import ONNX_QUANTS, export_onnx, quantize_onnx
-
-TERNARY_QUANTS = ("b1.58",)  # BitNet b1.58 absmean ternary, int8 activations
 from .source import ExportError, Source, load_model, open_source, stage_checkpoint
 
+TERNARY_QUANTS = ("b1.58",)  # BitNet b1.58 absmean ternary, int8 activations
 
 
 @dataclass
