@@ -134,6 +134,8 @@ def test_bad_export_input_gives_one_line_errors(checkpoint, tmp_path):
         ((checkpoint, "--to", "gguf", "-q", "int4", "-o", tmp_path / "o3"), "does not apply to gguf"),
         ((checkpoint, "--to", "onnx", "-o", locked / "sub" / "o4"), "does not exist"),
         ((tmp_path / "missing", "--to", "onnx", "-o", tmp_path / "o5"), "not found"),
+        ((checkpoint, "--to", "ternary", "--trim-vocab", "64", "-o", tmp_path / "o7"), "not to ternary exports"),
+        ((checkpoint, "--to", "ternary", "-q", "q8_0", "-o", tmp_path / "o8"), "does not apply to ternary"),
     ]
     import os
 
