@@ -85,6 +85,11 @@ class Backend(ABC):
     def rollback(self, n_past: int) -> None:
         """Drop cached positions >= n_past."""
 
+    def _check_rollback(self, n_past: int) -> None:
+        """A rollback can only forget: n_past must lie within what the cache holds."""
+        if not 0 <= n_past <= self.n_past:
+            raise ValueError(f"cannot roll back to {n_past}: the cache holds {self.n_past} tokens")
+
     @abstractmethod
     def memory(self) -> dict[str, int]:
         """Bytes held, by component (weights, kv_cache, logits, compute, ...)."""

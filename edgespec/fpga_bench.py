@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .bench import encode_prompt
-from .runtimes.fpga_cost import BITNET_0_73B, KV260, TELLME, TELLME_PUBLISHED, CostModel
+from .runtimes.fpga_cost import BITNET_0_73B, KV260, TELLME_PUBLISHED, tellme_cost_model
 
 
 def run_fpga_bench(model: str, rows: list[dict], drafters: list[str], max_tokens: int, ctx: int,
@@ -25,7 +25,7 @@ def run_fpga_bench(model: str, rows: list[dict], drafters: list[str], max_tokens
     from .runtimes.fpga_sim import BoardClock
     from .store import resolve
 
-    cost = CostModel(KV260, TELLME, BITNET_0_73B)
+    cost = tellme_cost_model()
     path = resolve(model)
     methods = {}
     for d in ["none", *drafters]:
@@ -41,9 +41,8 @@ def run_fpga_bench(model: str, rows: list[dict], drafters: list[str], max_tokens
             ids = encode_prompt(row, llm)
             n_calls = len(clock.calls)
             toks = list(llm.engine.generate(ids, max_tokens))
-            calls = clock.calls[n_calls:]
-            # the first call is the prefill: decode time is every later call, priced by the board
-            decode_s = sum(cost.eval_cost(n, p).seconds for n, p in calls[1:])
+            # the first call is the prefill: decode time is every later call, as the board priced it
+            decode_s = sum(seconds for _, _, seconds in clock.calls[n_calls + 1 :])
             st = llm.last_stats
             for cat in (row["category"], "all"):
                 t = totals[(cat, name)]
@@ -78,7 +77,7 @@ def print_fpga_rows(rows: list[dict], console: Console) -> None:
         t.add_row(r["category"], r["method"], f"{r['simulated_tokens_per_s']:.2f}",
                   f"{r['simulated_speedup']:.2f}", f"{r['simulated_joules_per_token']:.3f}", acc)
     console.print(t)
-    m = CostModel(KV260, TELLME, BITNET_0_73B)
+    m = tellme_cost_model()
     p = TELLME_PUBLISHED
     console.print(f"cycle model against TeLLMe v2's published figures: decode {m.decode_tokens_per_s(128):.1f} tok/s "
                   f"(paper {p['decode_tokens_per_s']:g}), TTFT 64 tokens {m.prefill_seconds(64):.2f} s "

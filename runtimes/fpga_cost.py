@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .tlmm import patterns
+from .tlmm import code_bits, patterns
 
 
 @dataclass(frozen=True)
@@ -72,26 +72,18 @@ class Shape:
         ffn = [(self.d_ff, self.d)] * (2 if self.gated_ffn else 1) + [(self.d, self.d_ff)]
         return [(self.d, self.d), (self.d_kv, self.d), (self.d_kv, self.d), (self.d, self.d), *ffn]
 
-    @property
-    def ternary_params(self) -> int:
-        return self.n_layer * sum(o * i for o, i in self.linears())
-
 
 @dataclass
 class Cost:
     seconds: float
-    weight_bytes: float
     bound: str  # what limited the linear layers: "bandwidth" or "compute"
-
-    def energy_j(self, board: Board) -> float:
-        return self.seconds * board.power_w
 
 
 class CostModel:
     def __init__(self, board: Board, design: Design, shape: Shape) -> None:
         self.board, self.design, self.shape = board, design, shape
         self._entries = len(patterns(design.g))
-        self._code_bits = (self._entries - 1).bit_length() + 1  # table index plus sign
+        self._code_bits = code_bits(design.g)
 
     def eval_cost(self, n: int, n_past: int, n_logits: int | None = None) -> Cost:
         """Seconds for one call evaluating n tokens after n_past cached ones, with
@@ -99,7 +91,7 @@ class CostModel:
         n_logits = n if n_logits is None else n_logits
         b, dz, s = self.board, self.design, self.shape
         clock = b.clock_hz
-        linear_s, weight_bytes, compute_bound = 0.0, 0.0, 0
+        linear_s, compute_bound = 0.0, 0
         for out, n_in in s.linears():
             groups = -(-n_in // dz.g)
             wbytes = out * groups * self._code_bits / 8
@@ -107,14 +99,13 @@ class CostModel:
             compute = (n * out * groups / dz.lookups_per_cycle + n * groups * self._entries / dz.adds_per_cycle) / clock
             linear_s += max(stream, compute)
             compute_bound += compute > stream
-            weight_bytes += wbytes
         ctx = n_past + n
         kv_bytes = 2 * ctx * s.d_kv * dz.kv_bytes
         attn = max(kv_bytes / b.ddr_bytes_per_s, n * ctx * s.d / dz.attn_macs_per_cycle / clock)
         per_layer = linear_s + attn
         head = max(s.vocab * s.d * dz.lm_head_bytes / b.ddr_bytes_per_s, 2 * n_logits * s.vocab * s.d / b.cpu_flops)
         bound = "compute" if compute_bound > len(s.linears()) / 2 else "bandwidth"
-        return Cost(s.n_layer * per_layer + head, s.n_layer * weight_bytes, bound)
+        return Cost(s.n_layer * per_layer + head, bound)
 
     def prefill_seconds(self, n_prompt: int) -> float:
         """Time to first token: the prompt in one call."""
@@ -144,4 +135,7 @@ BITNET_0_73B = Shape("bitnet-b1.58-0.73b", n_layer=24, d=1536, d_ff=4096, n_head
 # published figures the model is checked against (TeLLMe v2, arXiv 2510.15926, abstract)
 TELLME_PUBLISHED = {"decode_tokens_per_s": 25.0, "ttft_64_s": 0.45, "ttft_128_s": 0.96, "power_w": 5.0}
 
-BOARDS = {KV260.name: KV260}
+
+def tellme_cost_model() -> CostModel:
+    """TeLLMe v2's configuration: its model on the KV260 with its TLMM design."""
+    return CostModel(KV260, TELLME, BITNET_0_73B)

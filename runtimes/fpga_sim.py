@@ -24,7 +24,7 @@ import numpy as np
 
 from ..backend import Backend, Tokenizer
 from ..errors import ContextOverflowError
-from .fpga_cost import BITNET_0_73B, KV260, TELLME, Board, CostModel, Design, Shape
+from .fpga_cost import KV260, TELLME, Board, CostModel, Design, Shape
 from .reference import ByteTokenizer, ReferenceModel, _rms
 from .tlmm import PackedTernary, pack, ternarize, ternary_linear
 
@@ -35,7 +35,6 @@ class TernaryModel:
     LINEARS = ("wq", "wk", "wv", "wo", "w1", "w2")
 
     def __init__(self, source: ReferenceModel, g: int = 3) -> None:
-        self.source = source
         self.d, self.n_layer, self.n_head, self.n_ctx = source.d, source.n_layer, source.n_head, source.n_ctx
         self.emb, self.pos, self.out, self.bias = source.emb, source.pos, source.out, source.bias
         self.layers: list[dict[str, PackedTernary]] = []
@@ -121,8 +120,7 @@ class TernaryLlama:
                     layer[b + "_bias"] = f(key) if key in z.files else 0.0
                 self.layers.append(layer)
         self.n_vocab = self.head.shape[0]
-        inv = 1.0 / self.theta ** (np.arange(0, self.hd, 2) / self.hd)
-        self._inv_freq = inv
+        self._inv_freq = 1.0 / self.theta ** (np.arange(0, self.hd, 2) / self.hd)
 
     @property
     def shape(self) -> Shape:
@@ -175,11 +173,29 @@ class TernaryLlama:
         return x
 
     def logits(self, row: np.ndarray) -> np.ndarray:
-        r = row / np.sqrt(np.mean(row * row) + self.eps) * self.final_norm
-        return self.head @ r
+        return self.head @ self._norm(row[None], self.final_norm)[0]
 
 
-class FpgaSimBackend(Backend):
+class BoardTime:
+    """What a call would take on the board, per call: shared by the fpga-sim backend
+    and BoardClock. `calls` logs (tokens, n_past, board seconds) of every eval."""
+
+    cost: CostModel
+    calls: list[tuple[int, int, float]]
+
+    def _charge(self, n: int, n_past: int, n_logits: int) -> None:
+        self.calls.append((n, n_past, self.cost.eval_cost(n, n_past, n_logits).seconds))
+
+    @property
+    def simulated_s(self) -> float:
+        """Board time of every eval so far."""
+        return sum(c[2] for c in self.calls)
+
+    def simulated_seconds(self, n: int, n_past: int) -> float:
+        return self.cost.eval_cost(n, n_past).seconds
+
+
+class FpgaSimBackend(BoardTime, Backend):
     name = "fpga-sim"
 
     def __init__(self, model: TernaryModel | TernaryLlama, n_ctx: int | None = None, board: Board = KV260, design: Design = TELLME,
@@ -192,8 +208,7 @@ class FpgaSimBackend(Backend):
         self.cost = CostModel(board, design, cost_shape or model.shape)
         self._k, self._v = model.new_cache(self.n_ctx)
         self._n_past = 0
-        self.simulated_s = 0.0  # board time of every eval so far
-        self.calls: list[tuple[int, int]] = []  # (tokens, n_past) per eval
+        self.calls = []
 
     @property
     def n_past(self) -> int:
@@ -209,16 +224,11 @@ class FpgaSimBackend(Backend):
         p0 = self._n_past
         x = self.model.forward(np.asarray(ids), p0, self._k, self._v)
         self._n_past += n
-        self.calls.append((n, p0))
-        self.simulated_s += self.cost.eval_cost(n, p0, n_logits).seconds
+        self._charge(n, p0, n_logits)
         return np.array([self.model.logits(r) for r in x[n - n_logits :]], dtype=np.float32)
 
-    def simulated_seconds(self, n: int, n_past: int) -> float:
-        return self.cost.eval_cost(n, n_past).seconds
-
     def rollback(self, n_past: int) -> None:
-        if not 0 <= n_past <= self._n_past:
-            raise ValueError(f"cannot roll back to {n_past}: the cache holds {self._n_past} tokens")
+        self._check_rollback(n_past)
         self._n_past = n_past
 
     def memory(self) -> dict[str, int]:
@@ -226,7 +236,7 @@ class FpgaSimBackend(Backend):
         return {"weights": m.packed_bytes() + m.float_bytes(), "kv_cache": self._k.nbytes + self._v.nbytes}
 
 
-class BoardClock(Backend):
+class BoardClock(BoardTime, Backend):
     """Any backend, with a board's time added up per call: the model's numerics (and
     so the drafters' acceptance) come from `inner`, the seconds from the cycle model.
     How `edgespec bench --backend fpga-sim` turns acceptance measured on a real model
@@ -236,8 +246,7 @@ class BoardClock(Backend):
         self.inner, self.cost = inner, cost
         self.name = f"{inner.name}@{cost.board.name}"
         self.tokenizer, self.n_ctx = inner.tokenizer, inner.n_ctx
-        self.simulated_s = 0.0
-        self.calls: list[tuple[int, int]] = []
+        self.calls = []
 
     @property
     def n_past(self) -> int:
@@ -246,12 +255,8 @@ class BoardClock(Backend):
     def eval(self, ids: Sequence[int], n_logits: int | None = None) -> np.ndarray:
         p0 = self.inner.n_past
         out = self.inner.eval(ids, n_logits)
-        self.calls.append((len(ids), p0))
-        self.simulated_s += self.cost.eval_cost(len(ids), p0, len(out)).seconds
+        self._charge(len(ids), p0, len(out))
         return out
-
-    def simulated_seconds(self, n: int, n_past: int) -> float:
-        return self.cost.eval_cost(n, n_past).seconds
 
     def rollback(self, n_past: int) -> None:
         self.inner.rollback(n_past)
@@ -270,7 +275,3 @@ def open_ternary(folder: str | os.PathLike, n_ctx: int = 4096) -> FpgaSimBackend
     model = TernaryLlama(folder)
     return FpgaSimBackend(model, n_ctx=min(n_ctx, model.n_ctx), tokenizer=HFTokenizer(folder))
 
-
-def tellme_cost_model() -> CostModel:
-    """TeLLMe v2's configuration: its model on the KV260 with its TLMM design."""
-    return CostModel(KV260, TELLME, BITNET_0_73B)

@@ -230,8 +230,7 @@ class LlamaCppBackend(Backend):
         return np.concatenate([c.copy() for c in chunks]) if chunks else np.empty((0, self.tokenizer.n_vocab), np.float32)
 
     def rollback(self, n_past: int) -> None:
-        if n_past < 0 or n_past > self._n_past:
-            raise ValueError(f"cannot roll back to {n_past}: the cache holds {self._n_past} tokens")
+        self._check_rollback(n_past)
         if n_past < self._n_past:
             if not ll.llama_memory_seq_rm(self._mem, 0, n_past, -1):
                 raise RuntimeError("llama.cpp refused to remove a partial sequence from the KV cache")

@@ -108,8 +108,7 @@ class OnnxBackend(Backend):
         return logits if logits.dtype == np.float32 else logits.astype(np.float32)
 
     def rollback(self, n_past: int) -> None:
-        if n_past < 0 or n_past > self._n_past:
-            raise ValueError(f"cannot roll back to {n_past}: the cache holds {self._n_past} tokens")
+        self._check_rollback(n_past)
         if n_past < self._n_past:
             # ONNX Runtime needs contiguous inputs: copy the kept prefix once here
             self._kv = [np.ascontiguousarray(kv[:, :, :n_past]) for kv in self._kv]

@@ -132,8 +132,7 @@ class ReferenceBackend(Backend):
         return np.array(rows[len(rows) - n_logits :], dtype=np.float64)
 
     def rollback(self, n_past: int) -> None:
-        if not 0 <= n_past <= self._n_past:
-            raise ValueError(f"cannot roll back to {n_past}: the cache holds {self._n_past} tokens")
+        self._check_rollback(n_past)
         self._n_past = n_past
 
     def memory(self) -> dict[str, int]:

@@ -61,6 +61,11 @@ def _code_of(g: int) -> tuple[np.ndarray, np.ndarray]:
     return entry, sign
 
 
+def code_bits(g: int) -> int:
+    """Bits of one weight code: a table entry plus the sign (5 for G = 3)."""
+    return (len(patterns(g)) - 1).bit_length() + 1
+
+
 @dataclass
 class PackedTernary:
     """A ternary weight matrix [out, in] as TLMM codes: per output row and group of
@@ -78,13 +83,9 @@ class PackedTernary:
         return self.entry.shape[0], self.n_in
 
     @property
-    def code_bits(self) -> int:
-        return int(np.ceil(np.log2(len(patterns(self.g))))) + 1
-
-    @property
     def nbytes_packed(self) -> int:
         """Bytes the codes take packed end to end, as the board streams them."""
-        return int(np.ceil(self.entry.size * self.code_bits / 8))
+        return int(np.ceil(self.entry.size * code_bits(self.g) / 8))
 
 
 def pack(wq: np.ndarray, g: int = 3, scale: float = 1.0) -> PackedTernary:

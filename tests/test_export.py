@@ -12,6 +12,7 @@ pytest.importorskip("optimum.exporters.onnx", reason="export extras not installe
 
 from edgespec.export.pipeline import ExportPlan, run_export  # noqa: E402
 from edgespec.export.source import ExportError  # noqa: E402
+from test_cli import edgespec  # noqa: E402
 from tiny_hf import build  # noqa: E402
 
 
@@ -86,14 +87,14 @@ def test_an_export_changed_after_it_was_written_is_refused_before_loading(checkp
     if to == "onnx":  # the tokenizer sits beside an ONNX graph (a GGUF carries its own)
         tokenizer = (folder / "tokenizer.json").read_bytes()
         (folder / "tokenizer.json").unlink()
-        assert "tokenizer.json is missing" in _cli_run("generate", "hi", "-m", folder).stderr
+        assert "tokenizer.json is missing" in edgespec("generate", "hi", "-m", folder).stderr
         (folder / "tokenizer.json").write_bytes(tokenizer)
     with open(folder / f"model.{to}", "r+b") as f:  # one byte flipped in the middle of the weights
         f.seek(f.seek(0, 2) // 2)
         b = f.read(1)
         f.seek(-1, 1)
         f.write(bytes([b[0] ^ 0xFF]))
-    r = _cli_run("generate", "hi", "-m", folder)
+    r = edgespec("generate", "hi", "-m", folder)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert f"model.{to} does not match its manifest" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
@@ -104,13 +105,9 @@ def test_a_broken_onnx_graph_is_refused_by_the_onnx_checker(checkpoint, tmp_path
     (folder / "manifest.json").unlink()  # no digests to compare: the checker alone must catch it
     data = (folder / "model.onnx").read_bytes()
     (folder / "model.onnx").write_bytes(data[: len(data) // 3])  # truncated mid-graph
-    r = _cli_run("generate", "hi", "-m", folder)
+    r = edgespec("generate", "hi", "-m", folder)
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "is not a valid ONNX model" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-
-
-def _cli_run(*args):
-    return subprocess.run([sys.executable, "-m", "edgespec", *map(str, args)], capture_output=True, text=True)
 
 
 def _cli(*args):

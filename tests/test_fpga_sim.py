@@ -13,8 +13,8 @@ from hypothesis.extra import numpy as hnp
 from conftest import always_draft
 from edgespec.drafters import make_drafter
 from edgespec.engine import Engine
-from edgespec.runtimes.fpga_cost import TELLME_PUBLISHED
-from edgespec.runtimes.fpga_sim import FpgaSimBackend, TernaryModel, tellme_cost_model
+from edgespec.runtimes.fpga_cost import TELLME_PUBLISHED, tellme_cost_model
+from edgespec.runtimes.fpga_sim import FpgaSimBackend, TernaryModel
 from edgespec.runtimes.reference import ReferenceModel
 from edgespec.runtimes.tlmm import int_matmul, pack, patterns, quantize_activations, ternarize, tlmm, unpack
 
@@ -111,7 +111,7 @@ def test_speculation_on_fpga_sim_equals_plain_decoding_on_it(ternary_model, draf
         accepted += engine.last_stats.accepted
     assert drafted > 0
     # batches of several tokens were evaluated, and the simulated board time was counted for them
-    assert max(n for n, _ in backend.calls) > 1 and backend.simulated_s > 0
+    assert max(n for n, _, _ in backend.calls) > 1 and backend.simulated_s > 0
 
 
 def test_the_cycle_model_reproduces_tellme_v2_within_twenty_percent():
