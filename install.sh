@@ -7,15 +7,21 @@
 # each ISA extension the CPU reports, except AMX. The built wheel is kept in a cache
 # keyed by version, flags and interpreter, so it is built once per machine.
 #
+# Where the machine has a Vulkan toolchain (the loader, glslc, and headers new enough for
+# ggml-vulkan), the same build also carries llama.cpp's Vulkan backend: one wheel runs on
+# the CPU and, with --device gpu, on any Vulkan GPU. Without one, the build is CPU-only.
+#
 #   ./install.sh         the runtime: chat, generate, bench, ONNX Runtime backend
-#   ./install.sh --dev   also the export pipeline (torch, transformers, optimum), the tests and Xvfb
+#   ./install.sh --dev   also the export pipeline (torch, transformers, optimum), the tests, Xvfb,
+#                        and (as root on Debian) the Vulkan toolchain and Mesa's software GPU
+#                        (lavapipe), so the GPU code path runs and is tested on any machine
 set -euo pipefail
 
 extras=""
 for arg in "$@"; do
     case "$arg" in
         --dev) extras="[test,export]" ;;
-        *) echo "usage: ./install.sh [--dev]" >&2; exit 2 ;;
+        *) echo "usage: ./install.sh [--dev]   (EDGESPEC_VULKAN=off: no Vulkan backend)" >&2; exit 2 ;;
     esac
 done
 
@@ -23,6 +29,62 @@ LLAMA_CPP_PYTHON_VERSION="0.3.36"
 PYTHON="${PYTHON:-python3}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache_root="${EDGESPEC_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/edgespec/wheels}"
+vulkan_headers="${XDG_CACHE_HOME:-$HOME/.cache}/edgespec/vulkan-headers"
+
+as_root_with_apt() { command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; }
+
+apt_install() {
+    apt-get install -y -q "$@" >/dev/null 2>&1 \
+        || { apt-get update -q >/dev/null && apt-get install -y -q "$@" >/dev/null; }
+}
+
+# Headers new enough for ggml-vulkan (it uses VK_EXT_layer_settings, Vulkan-Headers 1.3.261+):
+# the system's, or a copy fetched from a newer Debian release into the cache.
+vulkan_include() {
+    local inc
+    for inc in ${EDGESPEC_VULKAN_INCLUDE:-} /usr/include "$vulkan_headers/include"; do
+        if grep -qs LayerSettingEXT "$inc"/vulkan/vulkan_structs.hpp; then echo "$inc"; return; fi
+    done
+}
+
+fetch_vulkan_headers() {
+    # Debian 12 ships Vulkan-Headers 1.3.239; the headers are compile-time only, so trixie's
+    # libvulkan-dev is unpacked into the cache and the system's loader stays as it is
+    local tmp
+    tmp="$(mktemp -d)"
+    mkdir -p "$tmp/lists/partial"
+    echo "deb http://deb.debian.org/debian trixie main" >"$tmp/sources.list"
+    local opts=(-o "Dir::Etc::SourceList=$tmp/sources.list" -o "Dir::Etc::SourceParts=/dev/null"
+                -o "Dir::State::Lists=$tmp/lists" -o "APT::Get::List-Cleanup=0")
+    if apt-get "${opts[@]}" update -q >/dev/null 2>&1 \
+        && (cd "$tmp" && apt-get "${opts[@]}" download -q libvulkan-dev >/dev/null 2>&1) \
+        && dpkg-deb -x "$tmp"/libvulkan-dev_*.deb "$tmp/x"; then
+        rm -rf "$vulkan_headers" && mkdir -p "$vulkan_headers"
+        cp -r "$tmp/x/usr/include" "$vulkan_headers/include"
+        echo "edgespec: Vulkan headers $(basename "$tmp"/libvulkan-dev_*.deb .deb | cut -d_ -f2) in $vulkan_headers"
+    else
+        echo "edgespec: could not fetch Vulkan headers new enough for llama.cpp; building for the CPU only" >&2
+    fi
+    rm -rf "$tmp"
+}
+
+install_vulkan_toolchain() {
+    as_root_with_apt || { echo "edgespec: not root on Debian: leaving the Vulkan toolchain as it is" >&2; return; }
+    # mesa-vulkan-drivers: lavapipe, a real Vulkan implementation on the CPU
+    apt_install libvulkan-dev glslc mesa-vulkan-drivers \
+        || { echo "edgespec: could not install the Vulkan toolchain; building for the CPU only" >&2; return; }
+    [ -n "$(vulkan_include)" ] || fetch_vulkan_headers
+}
+
+vulkan_flags() {
+    [ "${EDGESPEC_VULKAN:-auto}" != off ] || return 0
+    command -v glslc >/dev/null 2>&1 || return 0
+    ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so ' || return 0   # the linker's libvulkan.so (libvulkan-dev)
+    local inc
+    inc="$(vulkan_include)"
+    [ -n "$inc" ] || return 0
+    echo " -DGGML_VULKAN=ON -DVulkan_INCLUDE_DIR=$inc"
+}
 
 cmake_flags() {
     local args="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF"
@@ -44,7 +106,12 @@ cmake_flags() {
     echo "$args"
 }
 
-flags="${EDGESPEC_CMAKE_ARGS:-$(cmake_flags)}"
+[ -z "$extras" ] || install_vulkan_toolchain
+flags="${EDGESPEC_CMAKE_ARGS:-$(cmake_flags)$(vulkan_flags)}"
+case "$flags" in
+    *GGML_VULKAN=ON*) echo "edgespec: llama.cpp with its CPU and Vulkan backends" ;;
+    *) echo "edgespec: llama.cpp for the CPU only (no Vulkan toolchain: loader, glslc, Vulkan-Headers 1.3.261+)" ;;
+esac
 pyver="$("$PYTHON" -c 'import sys, platform; print(f"cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}")')"
 key="$(printf '%s|%s|%s' "$LLAMA_CPP_PYTHON_VERSION" "$flags" "$pyver" | sha256sum | cut -c1-16)"
 wheel_dir="$cache_root/llama-cpp-python-$LLAMA_CPP_PYTHON_VERSION-$key"
@@ -67,8 +134,9 @@ else
     fi
     # --no-deps: a wheel of the same version would otherwise count as installed and be skipped
     "$PYTHON" -m pip install --force-reinstall --no-deps "$wheel_dir"/llama_cpp_python-*.whl
-    "$PYTHON" -c 'import importlib.util, os, sys; s = importlib.util.find_spec("llama_cpp"); open(os.path.join(os.path.dirname(s.origin), ".edgespec-build"), "w").write(sys.argv[1])' "$key"
 fi
+# the key marks this build; the flags are for `edgespec doctor`
+"$PYTHON" -c 'import importlib.util, os, sys; d = os.path.dirname(importlib.util.find_spec("llama_cpp").origin); open(os.path.join(d, ".edgespec-build-flags"), "w").write(sys.argv[2]); open(os.path.join(d, ".edgespec-build"), "w").write(sys.argv[1])' "$key" "$flags"
 
 if [ -n "$extras" ] && ! "$PYTHON" -c 'import torch' 2>/dev/null; then
     # pinned: an unpinned torch resolves to a multi-GB CUDA build; 2.13.0 is the CPU
@@ -78,10 +146,8 @@ fi
 
 if [ -n "$extras" ] && ! command -v Xvfb >/dev/null 2>&1; then
     # the desktop app's test draws on a virtual screen
-    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-        apt-get install -y -q xvfb >/dev/null 2>&1 \
-            || { apt-get update -q >/dev/null && apt-get install -y -q xvfb >/dev/null; } \
-            || echo "edgespec: could not install xvfb; the desktop app's test will be skipped" >&2
+    if as_root_with_apt; then
+        apt_install xvfb || echo "edgespec: could not install xvfb; the desktop app's test will be skipped" >&2
     else
         echo "edgespec: install Xvfb (Debian: apt-get install xvfb) to run the desktop app's test" >&2
     fi

@@ -82,6 +82,10 @@ class EdgeSpec:
     process: the planner picks context, KV cache type, drafter and draft length to
     fit it (see `plan`), and refuses with the minimum when nothing fits. `footprint()`
     reports the live memory against the plan.
+
+    `device` is cpu, gpu, npu or auto: llama.cpp's Vulkan GPU, or ONNX Runtime's execution
+    provider (with `ep_options`). Where it does not exist the model runs on the CPU, and
+    `backend.notice` says why in one line.
     """
 
     def __init__(
@@ -94,6 +98,8 @@ class EdgeSpec:
         fetch: bool = True,
         quiet: bool = False,
         memory_budget: int | str | None = None,
+        device: str = "cpu",
+        ep_options: dict[str, str] | None = None,
     ) -> None:
         self.plan: Plan | None = None
         opts: dict = {}  # a budget's choices for llama.cpp, target and drafter model alike
@@ -103,8 +109,15 @@ class EdgeSpec:
             self.backend = model
         else:
             from .runtimes import open_backend
+            from .runtimes.llamacpp import _init_backend
             from .store import resolve
 
+            _init_backend(device)  # llama.cpp sets its devices up once, before planning asks it anything
+            if memory_budget is not None and device != "cpu":
+                from .planner import BudgetError
+
+                raise BudgetError(f"memory budgets are planned for the CPU: with --device {device} the GPU "
+                                  "driver's buffers are not in the memory model yet")
             path = resolve(model, fetch_missing=fetch, quiet=quiet)
             self.plan = make_plan(path, drafter, n_ctx, max_draft, memory_budget)
             if self.plan is not None:
@@ -112,6 +125,8 @@ class EdgeSpec:
                 max_draft = self.plan.max_draft or max_draft
             if self.plan is not None and self.plan.budget is not None:
                 opts = self.plan.backend_options()
+            if device != "cpu" or ep_options:  # the drafter model runs where the target runs
+                opts = {**opts, "device": device, "ep_options": ep_options}
             self.backend = open_backend(path, n_ctx=n_ctx, threads=threads, **opts)
         if getattr(self.backend, "vocab_map", None) is not None:
             self.backend.close()

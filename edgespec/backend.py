@@ -58,6 +58,8 @@ class Backend(ABC):
     name: str = "backend"
     tokenizer: Tokenizer
     n_ctx: int
+    device: str = "CPU"  # what it runs on, for people: "CPU", or the GPU's name
+    notice: str | None = None  # one line when the device asked for was not available
 
     @property
     @abstractmethod

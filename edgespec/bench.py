@@ -117,10 +117,10 @@ class _LlamaCppPython:
 
 
 class _Edgespec:
-    def __init__(self, path: Path, drafter: str, ctx: int, threads: int, max_draft: int) -> None:
+    def __init__(self, path: Path, drafter: str, ctx: int, threads: int, max_draft: int, device: str = "cpu") -> None:
         from .api import EdgeSpec
 
-        self.llm = EdgeSpec(str(path), drafter=drafter, n_ctx=ctx, threads=threads, max_draft=max_draft)
+        self.llm = EdgeSpec(str(path), drafter=drafter, n_ctx=ctx, threads=threads, max_draft=max_draft, device=device)
 
     def run(self, ids: list[int], max_tokens: int) -> Run:
         self.llm.reset()
@@ -142,9 +142,12 @@ def _label(drafter: str) -> str:
 def run_bench(
     model: str, prompts: list[dict], drafters: list[str], max_tokens: int, ctx: int,
     threads: int | None, max_draft: int, peer: bool, console: Console, onnx: str | None = None,
+    devices: list[str] | None = None,
 ) -> list[dict]:
     """`onnx`: an ONNX export of the same model; its rows (`onnx:plain`, `onnx:<drafter>`)
-    run the same prompts on ONNX Runtime, side by side with llama.cpp's."""
+    run the same prompts on ONNX Runtime, side by side with llama.cpp's. `devices`
+    beyond the first (the CPU): the same model on llama.cpp's GPU, rows `gpu:plain`,
+    `gpu:<drafter>` (plain there is edgespec's engine without a drafter)."""
     from .drafters import check_drafter
     from .runtimes.llamacpp import default_threads
     from .store import resolve
@@ -156,6 +159,11 @@ def run_bench(
     threads = threads or default_threads()
     path = resolve(model)
     methods: dict[str, Callable[[list[int], int], Run]] = {}
+    from .runtimes.llamacpp import _init_backend
+
+    others = [d for d in (devices or ["cpu"]) if d != "cpu"]
+    _init_backend(others[0] if others else "cpu")  # before anything starts llama.cpp's devices
+    on_device: dict[str, _Edgespec] = {}
     with console.status(f"loading {model} for {2 + len(drafters)} methods…"):
         es = {d: _Edgespec(path, d, ctx, threads, max_draft) for d in drafters}
         tmpl = next(iter(es.values())).llm if es else _Edgespec(path, "none", ctx, threads, max_draft).llm
@@ -179,10 +187,31 @@ def run_bench(
     warm = encoded[0][1][:32]
     for run in methods.values():  # page in weights, calibrate batch costs, allocate buffers
         run(warm, 8)
-    if es:
-        cost = next(iter(es.values())).llm.engine.controller.cost.measured
+    # GPU methods load after the CPU's are timed: a software GPU (lavapipe) compiles its
+    # shaders on the CPU, in threads that would run through the CPU's calibration
+    for dev in others:
+        with console.status(f"loading {model} on --device {dev}…"):
+            for d in ["none", *drafters]:
+                g = _Edgespec(path, d, ctx, threads, max_draft, device=dev)
+                if g.llm.backend.device == "CPU":  # a CPU fallback would only repeat the CPU's rows
+                    raise EdgespecError(f"--device {dev}: {g.llm.backend.notice}")
+                if d == "none":
+                    console.print(f"{dev}: {g.llm.backend.device}"
+                                  + (f" ({g.llm.backend.notice})" if g.llm.backend.notice else ""), highlight=False)
+                on_device[f"{dev}:{'plain' if d == 'none' else d}"] = g
+                methods[f"{dev}:{'plain' if d == 'none' else d}"] = g.run
+        for name, g in on_device.items():
+            if name.startswith(dev + ":"):
+                g.run(warm, 8)
+    curves = [("", next(iter(es.values())))] if es else []
+    for dev in others:
+        g = next((g for n, g in on_device.items() if n.startswith(dev + ":") and not n.endswith(":plain")), None)
+        if g is not None:
+            curves.append((dev + " ", g))
+    for label, e in curves:
+        cost = e.llm.engine.controller.cost.measured
         if 1 in cost:
-            console.print("batch cost, in units of one token: "
+            console.print(f"{label}batch cost, in units of one token: "
                           + ", ".join(f"{n}: {t / cost[1]:.2f}" for n, t in sorted(cost.items())), highlight=False)
 
     runs: dict[tuple[str, str], list[Run]] = defaultdict(list)
@@ -192,16 +221,18 @@ def run_bench(
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("bench", total=len(encoded) * len(methods))
         for cat, ids in encoded:
-            plain_tokens = None
+            # each device's rows compare with its own plain run (gpu:plain for gpu:*), the rest with plain
+            plain_tokens: dict[str, list[int]] = {}
             for name, run in methods.items():
                 bar.update(task, description=f"{cat}: {name}")
                 r = run(ids, max_tokens)
                 runs[(name, cat)].append(r)
-                if name == PLAIN:
-                    plain_tokens = r.tokens
-                elif plain_tokens is not None:
+                prefix = name.split(":")[0] if ":" in name and f"{name.split(':')[0]}:plain" in methods else ""
+                if name in (PLAIN, f"{prefix}:plain"):
+                    plain_tokens[prefix] = r.tokens
+                elif prefix in plain_tokens:
                     for c in (cat, "all"):
-                        identical[(name, c)][0] += r.tokens == plain_tokens
+                        identical[(name, c)][0] += r.tokens == plain_tokens[prefix]
                         identical[(name, c)][1] += 1
                 bar.advance(task)
 
@@ -250,17 +281,23 @@ def run_bench(
         for name in methods:
             toks, secs, drafted, acc, over, pos, steps, step_ms, keys = agg(name)
             tps = toks / secs if secs else 0.0
+            own = f"{name.split(':')[0]}:plain"  # a device's rows: against plain decoding on that device
+            if ":" in name and own in methods and name != own:
+                otoks, osecs, *_ = agg(own)
+                base_tps = otoks / osecs if osecs else 0.0
+            else:
+                base_tps = plain_tps
             rows.append({
                 "drafter": name,
                 "category": cat,
                 "tokens_per_s": round(tps, 3),
                 "acceptance_rate": round(acc / drafted, 4) if drafted else None,
-                "ratio_to_plain": round(tps / plain_tps, 3) if plain_tps else None,
+                "ratio_to_plain": round(tps / base_tps, 3) if base_tps else None,
                 "overhead_ms_per_token": round(over, 4) if name not in (PLAIN, PEER) else None,
                 "tokens": toks,
                 "mean_accepted": round((steps + acc) / steps, 3) if steps else None,
                 "acceptance_by_position": [round(a / t, 3) if t else None for t, a in pos][:8],
-                "identical_to_plain": ("{}/{}".format(*identical[(name, cat)]) if name != PLAIN else None),
+                "identical_to_plain": ("{}/{}".format(*identical[(name, cat)]) if (name, cat) in identical else None),
                 "drafter_step_ms": round(step_ms, 3) if step_ms is not None else None,
                 # which kind of draft the accepted tokens came from (the hybrid mixes them)
                 "by_drafter": {k: {"drafted": dr, "accepted": ac} for k, (dr, ac) in sorted(keys.items())},

@@ -37,6 +37,10 @@ DrafterOpt = typer.Option("auto", "--drafter", "-d",
 CtxOpt = typer.Option(4096, "--ctx", help="Context size in tokens.")
 ThreadsOpt = typer.Option(None, "--threads", "-t", help="CPU threads (default: physical cores).")
 MaxDraftOpt = typer.Option(16, "--max-draft", help="Upper bound on draft tokens per step.")
+DeviceOpt = typer.Option("cpu", "--device", help="cpu, gpu (llama.cpp's Vulkan GPU; ONNX Runtime's GPU provider), "
+                         "npu (ONNX Runtime's NNAPI, QNN, CoreML) or auto; without one, the CPU, with a notice.")
+EpOpt = typer.Option([], "--ep-option", help="KEY=VALUE for ONNX Runtime's chosen execution provider (repeatable), "
+                     "e.g. MLComputeUnits=CPUAndNeuralEngine, backend_path=libQnnHtp.so, NNAPI_FLAG_USE_FP16=1.")
 BudgetOpt = typer.Option(None, "--memory-budget", "-b",
                          help="Keep the whole process under this much memory, e.g. 900MB or 1.5GB: context, KV cache "
                               "type, drafter and draft length are planned to fit.")
@@ -63,16 +67,25 @@ def user_errors(fn: Callable) -> Callable:
     return wrapper
 
 
-def _load(model: str, drafter: str, ctx: int, threads: Optional[int], max_draft: int, budget: Optional[str] = None):
+def _load(model: str, drafter: str, ctx: int, threads: Optional[int], max_draft: int, budget: Optional[str] = None,
+          device: str = "cpu", ep_options: Optional[list[str]] = None):
     from .api import EdgeSpec
     from .drafters import check_drafter
+    from .runtimes.devices import DEVICES, parse_ep_options
     from .store import resolve
 
+    if device not in DEVICES:
+        _fail(f"unknown --device {device!r}: choose one of {', '.join(DEVICES)}")
+    options = parse_ep_options(ep_options or [])
     check_drafter(drafter)  # reject an unknown drafter before loading the target
     path = resolve(model)  # fetches with a progress bar on first use
     with err.status(f"loading {model}…") as status:
         llm = EdgeSpec(str(path), drafter=drafter, n_ctx=ctx, threads=threads, max_draft=max_draft,
-                       memory_budget=budget)
+                       memory_budget=budget, device=device, ep_options=options or None)
+        if llm.backend.notice:
+            err.print(f"[yellow]notice:[/] {llm.backend.notice}", highlight=False, soft_wrap=True)
+        if device != "cpu":
+            err.print(f"[dim]device: {llm.backend.device}[/]", highlight=False, soft_wrap=True)
         if budget is not None:
             err.print(f"[dim]memory plan: {llm.plan.summary()}[/]", highlight=False)
             for note in llm.plan.notes:
@@ -101,6 +114,8 @@ def generate(
     threads: Optional[int] = ThreadsOpt,
     max_draft: int = MaxDraftOpt,
     memory_budget: Optional[str] = BudgetOpt,
+    device: str = DeviceOpt,
+    ep_option: list[str] = EpOpt,
 ) -> None:
     """Complete a prompt.
 
@@ -108,7 +123,7 @@ def generate(
     """
     if prompt == "-":
         prompt = sys.stdin.read()
-    llm = _load(model, drafter, ctx, threads, max_draft, memory_budget)
+    llm = _load(model, drafter, ctx, threads, max_draft, memory_budget, device, ep_option)
     kw = dict(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     ids = llm.chat_ids([{"role": "user", "content": prompt}]) if chat else llm.tokenize(prompt)
     stream = llm.stream_ids(ids, **kw)
@@ -137,6 +152,8 @@ def chat(
     threads: Optional[int] = ThreadsOpt,
     max_draft: int = MaxDraftOpt,
     memory_budget: Optional[str] = BudgetOpt,
+    device: str = DeviceOpt,
+    ep_option: list[str] = EpOpt,
     plain: bool = typer.Option(False, "--plain", help="Print answers as plain text (a terminal otherwise gets "
                                "them rendered as Markdown while they stream)."),
 ) -> None:
@@ -145,7 +162,7 @@ def chat(
     With no options it runs on the default model, fetched on first use.
     Example: edgespec chat -m smollm2-135m --memory-budget 400MB
     """
-    llm = _load(model, drafter, ctx, threads, max_draft, memory_budget)
+    llm = _load(model, drafter, ctx, threads, max_draft, memory_budget, device, ep_option)
     base = [{"role": "system", "content": system}] if system else []
     messages = list(base)
     err.print(f"[dim]edgespec chat · {llm.model_name} · drafter {llm.drafter_name} · /reset /stats /memory /quit[/]", highlight=False)
@@ -237,16 +254,32 @@ def bench(
     onnx: Optional[str] = typer.Option(None, "--onnx", help="An ONNX export of the same model: also run it on ONNX Runtime."),
     backend: str = typer.Option("cpu", "--backend", help="cpu (measured here) or fpga-sim (acceptance measured here, "
                                 "tokens/s and energy simulated for TeLLMe v2's design on a KV260)."),
+    device: str = typer.Option("cpu", "--device", help="Comma-separated devices to measure side by side, e.g. "
+                               "cpu,gpu: rows of other devices are named gpu:plain, gpu:lookup, ..."),
+    device_profile: Optional[str] = typer.Option(None, "--device-profile", help="Comma-separated device profiles "
+                                                 "(adreno-750, mali-g720, apple-m3, laptop-igpu): tokens/s PROJECTED "
+                                                 "for their GPUs from acceptance measured here."),
 ) -> None:
     """Plain llama.cpp, its prompt lookup and edgespec's drafters, side by side in one run.
 
     Example: edgespec bench -m qwen2.5-coder-1.5b --drafters lookup,auto -n 256 --json bench.json
     (add --onnx FOLDER to run an `edgespec export` of the model on ONNX Runtime beside llama.cpp;
-    --backend fpga-sim prices every call on a simulated KV260 FPGA instead of timing this CPU)
+    --backend fpga-sim prices every call on a simulated KV260 FPGA instead of timing this CPU;
+    --device cpu,gpu measures llama.cpp's Vulkan GPU beside the CPU;
+    --device-profile adreno-750,apple-m3 projects phone and laptop GPUs)
     """
     from .bench import load_prompts, print_rows, run_bench
 
     names = [d.strip() for d in drafters.split(",") if d.strip()]
+    if device_profile:
+        from .simulated import print_projection, run_projection
+
+        rows = run_projection(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft,
+                              [p.strip() for p in device_profile.split(",") if p.strip()], err)
+        print_projection(rows, out)
+        if json_path:
+            json_path.write_text(json.dumps(rows, indent=2))
+        return
     if backend == "fpga-sim":
         from .fpga_bench import print_fpga_rows, run_fpga_bench
 
@@ -257,8 +290,14 @@ def bench(
         return
     if backend != "cpu":
         raise EdgespecError(f"unknown --backend {backend!r}: cpu or fpga-sim")
+    from .runtimes.devices import DEVICES
+
+    devices = [d.strip() for d in device.split(",") if d.strip()]
+    bad = [d for d in devices if d not in DEVICES]
+    if bad or not devices or devices[0] != "cpu" and len(devices) > 1:
+        _fail(f"--device takes cpu, or cpu followed by others (cpu,gpu): got {device!r}")
     rows = run_bench(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft, peer, err,
-                     onnx=onnx)
+                     onnx=onnx, devices=devices)
     print_rows(rows, out)
     if json_path:
         json_path.write_text(json.dumps(rows, indent=2))
@@ -343,6 +382,8 @@ def serve(
     threads: Optional[int] = ThreadsOpt,
     max_draft: int = MaxDraftOpt,
     memory_budget: Optional[str] = BudgetOpt,
+    device: str = DeviceOpt,
+    ep_option: list[str] = EpOpt,
 ) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models).
 
@@ -358,7 +399,7 @@ def serve(
     if host not in ("127.0.0.1", "localhost", "::1") and api_key is None:
         err.print(f"[yellow]warning:[/] listening on {host} without --api-key: anyone who reaches this port can "
                   "use the model", highlight=False)
-    llm = _load(model, drafter, ctx, threads, max_draft, memory_budget)
+    llm = _load(model, drafter, ctx, threads, max_draft, memory_budget, device, ep_option)
     model_id = model if model in MODELS else Path(model).name
     limits = Limits(max_body_bytes=max_body, max_tokens=max_tokens_limit, max_queue=max_queue)
 
@@ -408,6 +449,22 @@ def export(
         out.print(f"vs source on {v['tokens']} tokens: top-1 agreement {v['top1_agreement']:.1%}, "
                   f"max |Δlogit| {v['max_abs_dlogit']:.3f}, perplexity {v['perplexity_export']:.2f} "
                   f"(source {v['perplexity_source']:.2f}, x{v['perplexity_ratio']:.3f})")
+
+
+@app.command()
+@user_errors
+def doctor(json_out: bool = typer.Option(False, "--json", help="Print the report as JSON.")) -> None:
+    """The backends, devices and execution providers on this machine, and where each --device runs.
+
+    Example: edgespec doctor --json
+    """
+    from .doctor import diagnose, print_report
+
+    report = diagnose()
+    if json_out:
+        print(json.dumps(report, indent=2))
+    else:
+        print_report(report, out)
 
 
 @models_app.command("list")

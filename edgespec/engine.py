@@ -66,7 +66,9 @@ class Engine:
             return self.controller.cost.measured
         sizes = [n for n in (sizes or range(1, self.max_draft + 2)) if base + n <= b.n_ctx]
         filler = self.cached[-1] if self.cached else (b.tokenizer.bos_id or 0)
-        for n in (1, 1, 4):  # warm-up: first calls pay for allocations and cold caches
+        # warm-up: first calls pay for allocations and cold caches; on a GPU, each batch
+        # size's first call also builds its shader pipelines (lavapipe: seconds), so all of them
+        for n in (1, 1, 4) if b.device == "CPU" else (1, *sizes):
             b.eval([filler] * min(n, b.n_ctx - base))
             b.rollback(base)
         for _ in range(repeats):

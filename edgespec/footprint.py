@@ -168,6 +168,9 @@ def repacks_here() -> bool:
     try:
         import llama_cpp as ll
 
+        from .runtimes.llamacpp import _init_backend
+
+        _init_backend()  # the system info starts llama.cpp's devices: set up the process's first
         return "AVX2 = 1" in ll.llama_print_system_info().decode(errors="replace")
     except Exception:
         return False

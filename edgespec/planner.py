@@ -264,3 +264,27 @@ def plain_footprint(target: ModelFacts, n_ctx: int, baseline: int = 0, repack: b
     ctx = min(n_ctx, target.n_ctx_train) if target.n_ctx_train else n_ctx
     cfg = ModelConfig(n_ctx=ctx, kv_type="f16", n_batch=BATCHES[-1], load="read", max_outputs=1, prefill=ctx)
     return predict(target, cfg, "none", baseline=baseline, repack=repack).total
+
+
+# What a GPU keeps besides weights and KV cache (compute buffers, the driver's own):
+# a share of its memory and a fixed amount, left free when layers are offloaded.
+GPU_RESERVE_SHARE = 0.1
+GPU_RESERVE_BYTES = 256 << 20
+
+
+def gpu_layers(facts: ModelFacts, device_free: int, n_ctx: int, kv_type: str = "f16") -> int:
+    """How many of llama.cpp's n_layer + 1 offloadable layers (the blocks, then the output
+    layer) fit in a GPU's free memory: each takes its share of the weights and, for the
+    blocks, its part of the KV cache. On a GPU that shares the system's RAM (an integrated
+    or software GPU) `device_free` is what the device reports as its share of that RAM."""
+    from .footprint import KV_TYPES
+
+    per_block_weights = facts.tensor_bytes / (facts.n_layer + 1)  # the output layer counted as one more
+    kv_per_block = 2 * n_ctx * facts.n_head_kv * (facts.head_k + facts.head_v) / 2 * KV_TYPES[kv_type]
+    allowance = device_free * (1 - GPU_RESERVE_SHARE) - GPU_RESERVE_BYTES
+    if allowance <= 0:
+        return 0
+    blocks = int(allowance // (per_block_weights + kv_per_block))
+    if blocks >= facts.n_layer and allowance - facts.n_layer * (per_block_weights + kv_per_block) >= per_block_weights:
+        return facts.n_layer + 1
+    return min(blocks, facts.n_layer)

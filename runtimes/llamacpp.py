@@ -41,10 +41,15 @@ _backend_ready = False
 _KV_GGML_TYPE = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml.h: GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0
 
 
-def _init_backend() -> None:
+def _init_backend(device: str = "cpu") -> None:
+    """Once per process: quiet logging, then the device setup (which the registry reads
+    when it starts, inside llama_backend_init), then llama.cpp itself."""
     global _backend_ready
     if not _backend_ready:
+        from .devices import prepare
+
         ll.llama_log_set(_log, ctypes.c_void_p(0))
+        prepare(device)
         ll.llama_backend_init()
         _backend_ready = True
 
@@ -128,7 +133,8 @@ class LlamaCppBackend(Backend):
         n_ctx: int = 4096,
         n_threads: int | None = None,
         n_batch: int = 512,
-        n_gpu_layers: int = 0,
+        device: str = "cpu",
+        n_gpu_layers: int | None = None,
         flash_attn: bool = False,
         kv_type: str = "f16",
         load: str = "mmap",
@@ -138,19 +144,37 @@ class LlamaCppBackend(Backend):
         cache (`kv_type` q8_0 or q4_0) turns it on: llama.cpp needs it for a
         quantized V. `load="read"` copies the weights into memory instead of
         mapping the file: where llama.cpp repacks weights, mapping holds them twice
-        (see footprint.py)."""
+        (see footprint.py).
+
+        `device` is cpu, gpu, npu or auto (runtimes/devices.py): on a GPU, `n_gpu_layers`
+        layers are offloaded (all by default; the memory planner may give fewer); where
+        no GPU exists the model runs on the CPU and `notice` says why."""
         if kv_type not in _KV_GGML_TYPE:
             raise ValueError(f"unknown KV cache type {kv_type!r}; choose one of {', '.join(_KV_GGML_TYPE)}")
         if load not in ("mmap", "read"):
             raise ValueError(f"unknown load mode {load!r}; choose mmap or read")
         flash_attn = flash_attn or kv_type != "f16"
-        _init_backend()
+        from .devices import place
+
+        _init_backend(device)
+        self.placement = place(device)
+        self.notice = self.placement.notice
         self.path = Path(model_path)
         self._model = None
         self._ctx = None
         self._batch = None
         mp = ll.llama_model_default_params()
-        mp.n_gpu_layers = n_gpu_layers
+        # a NULL-terminated list of the GPUs to use; empty keeps every layer and every
+        # operation on the CPU (without it llama.cpp may still send large batches to a GPU)
+        gpus = [d.handle for d in self.placement.gpus]
+        self._devices = (ctypes.c_void_p * (len(gpus) + 1))(*gpus, None)
+        mp.devices = ctypes.cast(self._devices, dict(ll.llama_model_params._fields_)["devices"])
+        if gpus and n_gpu_layers is None:  # as many layers as the GPU's free memory holds
+            from ..footprint import ModelFacts
+            from ..planner import gpu_layers
+
+            n_gpu_layers = gpu_layers(ModelFacts.from_gguf(self.path), self.placement.gpus[0].free, n_ctx, kv_type)
+        mp.n_gpu_layers = n_gpu_layers if gpus else 0
         mp.load_mode = ll.LLAMA_LOAD_MODE_MMAP if load == "mmap" else ll.LLAMA_LOAD_MODE_NONE
         self.kv_type, self.load = kv_type, load
         self._model = ll.llama_model_load_from_file(str(self.path).encode(), mp)
@@ -185,6 +209,12 @@ class LlamaCppBackend(Backend):
         self.n_head = ll.llama_model_n_head(self._model)
         self.n_head_kv = ll.llama_model_n_head_kv(self._model)
         self.n_embd = ll.llama_model_n_embd(self._model)
+        # llama.cpp offloads the output layer as one more "layer": n_layer + 1 is everything
+        self.n_gpu_layers = min(self.n_layer + 1, self.n_layer + 1 if mp.n_gpu_layers < 0 else mp.n_gpu_layers)
+        if gpus and self.n_gpu_layers < self.n_layer + 1:
+            more = f"{self.n_gpu_layers} of {self.n_layer + 1} layers fit in the GPU's free memory; the rest run on the CPU"
+            self.notice = f"{self.notice}; {more}" if self.notice else more
+        self.device = self.placement.label
         self.vocab_map, self.inputs_trimmed = read_vocab_map(self.path)  # a VocabTrim'd drafter
 
     # -- Backend --------------------------------------------------------------
@@ -248,7 +278,8 @@ class LlamaCppBackend(Backend):
             cpu = platform.processor()
         info = ll.llama_print_system_info().decode(errors="replace")
         return "|".join(map(str, [self.path.resolve(), st.st_size, st.st_mtime_ns, self.n_threads, self.n_batch,
-                                  self.flash_attn, self.kv_type, self.load, ll.__version__, info, cpu, platform.node()]))
+                                  self.flash_attn, self.kv_type, self.load, ll.__version__, info, cpu, platform.node(),
+                                  self.device, self.n_gpu_layers]))
 
     def kv_bytes_per_token(self) -> int:
         from ..footprint import KV_TYPES

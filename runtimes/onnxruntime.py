@@ -55,6 +55,7 @@ class OnnxBackend(Backend):
         except Exception as e:  # onnxruntime raises its own untyped errors for bad graphs
             raise ModelError(f"ONNX Runtime could not load {self.path}: {str(e).splitlines()[0]}") from None
         self.providers = self._sess.get_providers()
+        self.device = self.providers[0].removesuffix("ExecutionProvider")
         inputs = {i.name: i for i in self._sess.get_inputs()}
         self._past_names = sorted((n for n in inputs if n.startswith("past_key_values.")), key=_layer_order)
         self._present_names = ["present." + n[len("past_key_values."):] for n in self._past_names]

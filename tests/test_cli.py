@@ -84,7 +84,7 @@ def test_chat_answers_and_understands_its_commands(smollm2_path):
     assert r.stderr.count("tok/s") == 2  # a stats line after each answer
 
 
-@pytest.mark.parametrize("command", ["generate", "chat", "bench", "profile", "serve", "export", "models list",
+@pytest.mark.parametrize("command", ["generate", "chat", "bench", "profile", "serve", "export", "doctor", "models list",
                                      "models fetch", "models path", "models verify"])
 def test_every_command_explains_itself_with_an_example(command):
     r = edgespec(*command.split(), "--help")

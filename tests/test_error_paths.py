@@ -47,6 +47,11 @@ AUDIT = {
     "Ctrl-C in chat (#9)": "test_interrupt.py::test_ctrl_c_during_a_chat_answer_stops_the_answer_not_the_chat",
     "Ctrl-C in fetch (#9)": "test_interrupt.py::test_ctrl_c_during_fetch_leaves_no_partial_model",
     "Ctrl-C in export (#9)": "test_interrupt.py::test_ctrl_c_during_export_leaves_no_output",
+    "unknown --device, --ep-option not KEY=VALUE, memory budget on a GPU (#7)":
+        "test_error_paths.py::test_bad_device_options_are_one_clear_line",
+    "unknown device profile (#7)": "test_devices.py::test_an_unknown_profile_is_one_line",
+    "--device gpu where no GPU exists: a notice, not an error (#7)":
+        "test_vulkan.py::test_without_a_gpu_device_the_request_falls_back_to_the_cpu_with_one_notice",
 }
 
 
@@ -90,3 +95,13 @@ def test_prompt_ids_outside_the_vocabulary_are_refused_before_any_backend_sees_t
         with pytest.raises(ValueError, match=f"prompt token id {bad} is outside the vocabulary"):
             llm.stream_ids([1, bad], max_tokens=4)
     assert llm.generate("Hello", max_tokens=2).token_ids  # still usable afterwards
+
+
+def test_bad_device_options_are_one_clear_line(smollm2_path):
+    assert_one_line_error(edgespec("generate", "hi", "-m", str(smollm2_path), "--device", "tpu"), "unknown --device 'tpu'")
+    assert_one_line_error(edgespec("generate", "hi", "-m", str(smollm2_path), "--ep-option", "fp16"),
+                          "--ep-option takes KEY=VALUE")
+    assert_one_line_error(edgespec("generate", "hi", "-m", str(smollm2_path), "--ep-option", "a=b"),
+                          "not an ONNX model")
+    assert_one_line_error(edgespec("generate", "hi", "-m", str(smollm2_path), "--device", "gpu", "-b", "900MB"),
+                          "memory budgets are planned for the CPU")

@@ -101,3 +101,13 @@ def test_memory_sizes_parse_like_people_write_them():
     for bad in ("lots", "-1GB", "0"):
         with pytest.raises(ValueError):
             parse_bytes(bad)
+
+
+def test_gpu_offload_takes_every_layer_that_fits_in_the_gpus_free_memory():
+    from edgespec.planner import gpu_layers
+
+    assert gpu_layers(QWEN15, 4 << 30, n_ctx=4096) == QWEN15.n_layer + 1  # 1.1 GB of weights in 4 GiB: all
+    part = gpu_layers(QWEN15, 1 << 30, n_ctx=4096)  # 1 GiB: most blocks, not the output layer
+    assert 0 < part < QWEN15.n_layer
+    assert gpu_layers(QWEN15, 1 << 30, n_ctx=32768) < part  # a longer context leaves room for fewer
+    assert gpu_layers(QWEN15, 200 << 20, n_ctx=4096) == 0  # less than the reserve: nothing

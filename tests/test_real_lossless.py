@@ -19,6 +19,8 @@ exported to ONNX fp32 by `edgespec export` first), and SmolLM2-135M drafting
 across vocabularies for Gemma-3-270M. For another model of the store:
     EDGESPEC_LOSSLESS_MODEL=qwen2.5-coder-0.5b python3 -m pytest -q -s tests/test_real_lossless.py
 and for another cross-vocabulary pair, EDGESPEC_XVOCAB_TARGET and EDGESPEC_XVOCAB_DRAFTER.
+On llama.cpp's GPU (tests/test_vulkan.py runs this in a fresh process, on lavapipe in CI):
+    EDGESPEC_LOSSLESS_DEVICE=gpu EDGESPEC_LOSSLESS_PROMPTS=4 python3 -m pytest -q -s tests/test_real_lossless.py -k "llama.cpp and auto"
 """
 
 import os
@@ -33,7 +35,9 @@ from edgespec.runtimes.llamacpp import LlamaCppBackend
 from prompts import PROMPTS
 
 pytestmark = pytest.mark.real_model
-MAX_TOKENS = 128
+MAX_TOKENS = int(os.environ.get("EDGESPEC_LOSSLESS_TOKENS", 128))
+N_PROMPTS = int(os.environ.get("EDGESPEC_LOSSLESS_PROMPTS", len(PROMPTS)))
+DEVICE = os.environ.get("EDGESPEC_LOSSLESS_DEVICE", "cpu")
 NEAR_TIE = 0.3
 WIDE_TIE = 0.5  # only for a flip of the top two candidates (see above)
 
@@ -46,7 +50,8 @@ def backend(request, tmp_path_factory):
     from edgespec.store import resolve
 
     if request.param == "llama.cpp":
-        b = LlamaCppBackend(resolve(MODEL, quiet=True), n_ctx=1024, n_threads=2)
+        b = LlamaCppBackend(resolve(MODEL, quiet=True), n_ctx=1024, n_threads=2, device=DEVICE)
+        assert DEVICE == "cpu" or b.placement.gpus, b.notice  # a GPU run must not quietly test the CPU
     else:
         pytest.importorskip("optimum.exporters.onnx", reason="export extras not installed")
         from edgespec.export.pipeline import ExportPlan, run_export
@@ -64,7 +69,7 @@ def prompt_ids(backend):
     from edgespec.api import EdgeSpec
 
     llm = EdgeSpec(backend, drafter="none")
-    return [llm.chat_ids([{"role": "user", "content": p}]) for p in PROMPTS]
+    return [llm.chat_ids([{"role": "user", "content": p}]) for p in PROMPTS[:N_PROMPTS]]
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +111,8 @@ def test_speculation_matches_plain_greedy_up_to_near_ties(backend, prompt_ids, p
     controller = always_draft(max_k=8)  # verify every proposal: as many batched evaluations as possible
     engine = Engine(backend, make_drafter(drafter, backend.n_vocab, controller), controller=controller,
                     calibrate=False)
-    assert_lossless_up_to_near_ties(engine, prompt_ids, plain, f"{MODEL} {backend.name} {drafter}", capsys)
+    assert_lossless_up_to_near_ties(engine, prompt_ids, plain, f"{MODEL} {backend.name} on {backend.device} {drafter}",
+                                    capsys)
 
 
 XVOCAB_TARGET = os.environ.get("EDGESPEC_XVOCAB_TARGET", "gemma3-270m")
