@@ -133,6 +133,13 @@ class _Edgespec:
                    getattr(d, "step_s", 0.0) - before[1], {k: list(v) for k, v in st.by_key.items()})
 
 
+def _plain_of(name: str, methods: dict) -> str:
+    """The row a method is compared with: its own runtime's or device's plain row
+    (gpu:plain for gpu:lookup, onnx:plain for onnx:auto), else llama.cpp's plain."""
+    own = f"{name.split(':')[0]}:plain"
+    return own if ":" in name and own in methods else PLAIN
+
+
 def _label(drafter: str) -> str:
     """A model drafter given as a path shows as its folder or file name."""
     p = Path(drafter)
@@ -227,12 +234,12 @@ def run_bench(
                 bar.update(task, description=f"{cat}: {name}")
                 r = run(ids, max_tokens)
                 runs[(name, cat)].append(r)
-                prefix = name.split(":")[0] if ":" in name and f"{name.split(':')[0]}:plain" in methods else ""
-                if name in (PLAIN, f"{prefix}:plain"):
-                    plain_tokens[prefix] = r.tokens
-                elif prefix in plain_tokens:
+                ref = _plain_of(name, methods)
+                if name == ref:
+                    plain_tokens[ref] = r.tokens
+                elif ref in plain_tokens:
                     for c in (cat, "all"):
-                        identical[(name, c)][0] += r.tokens == plain_tokens[prefix]
+                        identical[(name, c)][0] += r.tokens == plain_tokens[ref]
                         identical[(name, c)][1] += 1
                 bar.advance(task)
 
@@ -281,9 +288,9 @@ def run_bench(
         for name in methods:
             toks, secs, drafted, acc, over, pos, steps, step_ms, keys = agg(name)
             tps = toks / secs if secs else 0.0
-            own = f"{name.split(':')[0]}:plain"  # a device's rows: against plain decoding on that device
-            if ":" in name and own in methods and name != own:
-                otoks, osecs, *_ = agg(own)
+            ref = _plain_of(name, methods)
+            if ref not in (PLAIN, name):
+                otoks, osecs, *_ = agg(ref)
                 base_tps = otoks / osecs if osecs else 0.0
             else:
                 base_tps = plain_tps

@@ -13,6 +13,7 @@ ONNX Runtime reports its execution providers directly; `onnx_providers` picks am
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,13 @@ DEVICES = ("cpu", "gpu", "npu", "auto")
 _VK_KINDS = {0: "other", 1: "integrated", 2: "discrete", 3: "virtual", 4: "cpu"}
 # enum ggml_backend_dev_type
 _GGML_KINDS = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
+
+
+def check_device(device: str) -> None:
+    if device not in DEVICES:
+        from ..errors import EdgespecError
+
+        raise EdgespecError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
 
 
 @dataclass(frozen=True)
@@ -40,12 +48,14 @@ class VulkanDevice:
         return self.kind == "cpu"
 
 
-def vulkan_devices() -> list[VulkanDevice]:
-    """Every physical device the Vulkan loader finds; empty without a loader or a driver."""
+@functools.lru_cache(maxsize=1)
+def vulkan_devices() -> tuple[VulkanDevice, ...]:
+    """Every physical device the Vulkan loader finds; empty without a loader or a driver.
+    Asked once per process (creating an instance loads every driver)."""
     try:
         vk = ctypes.CDLL("libvulkan.so.1")
     except OSError:
-        return []
+        return ()
 
     class InstanceInfo(ctypes.Structure):
         _fields_ = [("sType", ctypes.c_int), ("pNext", ctypes.c_void_p), ("flags", ctypes.c_uint32),
@@ -56,13 +66,13 @@ def vulkan_devices() -> list[VulkanDevice]:
     info = InstanceInfo(sType=1)  # VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO
     instance = ctypes.c_void_p()
     if vk.vkCreateInstance(ctypes.byref(info), None, ctypes.byref(instance)) != 0:
-        return []
+        return ()
     try:
         count = ctypes.c_uint32(0)
         vk.vkEnumeratePhysicalDevices(instance, ctypes.byref(count), None)
         handles = (ctypes.c_void_p * count.value)()
         if vk.vkEnumeratePhysicalDevices(instance, ctypes.byref(count), handles) not in (0, 5):  # SUCCESS, INCOMPLETE
-            return []
+            return ()
         found = []
         for i in range(count.value):
             # VkPhysicalDeviceProperties: apiVersion, driverVersion, vendorID, deviceID,
@@ -73,7 +83,7 @@ def vulkan_devices() -> list[VulkanDevice]:
             name = props.raw[20:276].split(b"\0", 1)[0].decode("utf-8", "replace")
             found.append(VulkanDevice(i, name, _VK_KINDS.get(kind, "other"),
                                       f"{api >> 22 & 0x7F}.{api >> 12 & 0x3FF}.{api & 0xFFF}"))
-        return found
+        return tuple(found)
     finally:
         vk.vkDestroyInstance(instance, None)
 
@@ -154,6 +164,7 @@ def prepare(device: str) -> None:
     memory plan counts); the environment is restored right after. Later calls change
     nothing: the registry starts once per process."""
     global _prepared
+    check_device(device)  # before anything else: an unknown device must not start llama.cpp
     if _prepared is not None:
         return
     _prepared = device
@@ -194,10 +205,6 @@ def place(device: str) -> Placement:
     """The llama.cpp devices for a `--device` request. `gpu` takes llama.cpp's GPUs (a software
     Vulkan device when there is no other) and falls back to the CPU with a notice when none
     exists; `auto` takes hardware GPUs only; `npu` has no llama.cpp backend here."""
-    if device not in DEVICES:
-        from ..errors import EdgespecError
-
-        raise EdgespecError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
     prepare(device)
     if device == "cpu":
         return Placement(device, ())
@@ -262,10 +269,7 @@ def onnx_providers(device: str, available: Sequence[str] | None = None,
         import onnxruntime as ort
 
         available = ort.get_available_providers()
-    if device not in DEVICES:
-        from ..errors import EdgespecError
-
-        raise EdgespecError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
+    check_device(device)
     chosen = next((p for p in _ONNX_CHOICES[device] if p in available), None)
     opts = dict(options or {})
     notice = None
