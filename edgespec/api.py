@@ -116,10 +116,10 @@ class EdgeSpec:
             if memory_budget is not None and device != "cpu":
                 from .planner import BudgetError
 
-                raise BudgetError(f"memory budgets are planned for the CPU: with --device {device} the GPU "
-                                  "driver's buffers are not in the memory model yet")
+                raise BudgetError(f"memory budgets are planned for the CPU: with --device {device} the GPU driver's "
+                                  "own memory (shader pipelines) is not predicted within 10% yet")
             path = resolve(model, fetch_missing=fetch, quiet=quiet)
-            self.plan = make_plan(path, drafter, n_ctx, max_draft, memory_budget)
+            self.plan = make_plan(path, drafter, n_ctx, max_draft, memory_budget, device)
             if self.plan is not None:
                 n_ctx, drafter = self.plan.n_ctx, self.plan.drafter
                 max_draft = self.plan.max_draft or max_draft

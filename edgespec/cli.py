@@ -323,6 +323,7 @@ def profile(
     ctx: int = CtxOpt,
     threads: Optional[int] = ThreadsOpt,
     max_draft: int = MaxDraftOpt,
+    device: str = DeviceOpt,
     quiet: bool = typer.Option(False, "--quiet", hidden=True),
 ) -> None:
     """Run a workload with memory sampled over time; print predicted against measured memory.
@@ -336,7 +337,7 @@ def profile(
     if not rows:
         _fail(f"no prompts of category {category!r}")
     console = err if quiet else out
-    r = run_profile(model, drafter, memory_budget, ctx, threads, max_draft, max_tokens, rows)
+    r = run_profile(model, drafter, memory_budget, ctx, threads, max_draft, max_tokens, rows, device)
     result: dict = {"run": r}
     if not quiet:
         print_profile(r, console)
@@ -354,7 +355,7 @@ def profile(
         else:
             levels = [f"{int(base * f)}" for f in (1.0, 1.05, 1.1, 1.25, 1.5)]
         result["sweep"] = sweep(model, drafter, [None, *levels], ctx, threads, max_draft, max_tokens, prompts,
-                                limit, err, category)
+                                limit, err, category, device)
         print_sweep(result["sweep"], out, base)
     if json_path:
         json_path.write_text(json.dumps(result if sweep_budgets else r))

@@ -42,7 +42,16 @@ VOCAB_ENTRY_BYTES = 165  # llama.cpp's vocabulary: measured 46.6 MiB for Qwen2.5
 REPACKED = ("Q4_0", "Q4_K", "IQ4_NL")
 RECYCLE_BYTES = 4_000_000  # TokenRecyclingDrafter's default bound
 NGRAM_BYTES_PER_TOKEN = 600  # lookup and n-gram indexes: a few dict entries per history token
+FACTS_VERSION = 2  # bump when ModelFacts gains a field: cached facts of older versions are read again
 RUNTIME_BYTES = 12_000_000  # paged in on first use: llama.cpp's code, the modules loading imports (measured 10-13 MB)
+# What a GPU driver adds in the process as kernels first run, beyond llama.cpp's buffers:
+# compiled shader pipelines, one per weight type and batch width (ggml-vulkan's matrix-vector
+# kernels take 1 to 8 columns). Measured on lavapipe, the only GPU here, after every batch
+# size up to 17 ran: 155 MB for SmolLM2-135M (Q4_1/Q8_0, 97 MB offloaded), 420 MB for
+# Qwen2.5-Coder-0.5B (Q5_0/Q6_K/Q8_0, 392 MB offloaded). A line through both, until a
+# driver is measured that says otherwise; its start-up (lavapipe: 56 MB) is in the baseline.
+GPU_DRIVER_FIXED = 68_000_000
+GPU_DRIVER_PER_WEIGHT_BYTE = 0.9
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,8 @@ class ModelFacts:
     file_bytes: int
     repack_bytes: int  # tensors llama.cpp repacks on x86 with AVX2
     n_ctx_train: int
+    embd_bytes: int = 0  # the input embedding: llama.cpp keeps it on the host, whatever it offloads
+    output_bytes: int = 0  # the LM head; 0 when tied to the embedding (a GPU then holds a second copy)
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike) -> "ModelFacts":
@@ -83,7 +94,7 @@ class ModelFacts:
 
         p = Path(path).resolve()
         st = p.stat()
-        key = {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        key = {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "facts": FACTS_VERSION}
         digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24]
         cache = cache_dir() / "facts" / f"{digest}.json"
         try:
@@ -130,6 +141,7 @@ class ModelFacts:
         rows = {t.name: int(t.shape[1]) for t in r.tensors
                 if t.name in ("output.weight", "token_embd.weight") and len(t.shape) == 2}
         out_rows = rows.get("output.weight", rows.get("token_embd.weight", n_tok))  # tied heads reuse the embedding
+        sizes = {t.name: int(t.n_bytes) for t in r.tensors}
         repack = 0
         for t in r.tensors:
             shape = [int(s) for s in t.shape]
@@ -142,6 +154,7 @@ class ModelFacts:
             head_v=head_v, n_vocab=out_rows, n_tokens=n_tok + (len(merges.data) if merges is not None else 0),
             tensor_bytes=sum(int(t.n_bytes) for t in r.tensors), file_bytes=Path(path).stat().st_size,
             repack_bytes=repack, n_ctx_train=int(get(f"{arch}.context_length", 0) or 0),
+            embd_bytes=sizes.get("token_embd.weight", 0), output_bytes=sizes.get("output.weight", 0),
         )
 
 
@@ -156,6 +169,8 @@ class ModelConfig:
     flash_attn: bool = False
     max_outputs: int = 1  # logits rows asked for in one batch (draft length + 1)
     prefill: int = 512  # the longest prompt chunk's reach into the cache (bounds attention scores)
+    n_outputs_max: int = 0  # logits rows llama.cpp reserves per micro-batch (0: n_batch, its default)
+    gpu_layers: int = 0  # of n_layer + 1 (the blocks, then the output layer) offloaded to a GPU
 
 
 def padded_ctx(n_ctx: int) -> int:
@@ -177,7 +192,13 @@ def repacks_here() -> bool:
 
 
 def model_bytes(m: ModelFacts, c: ModelConfig, repack: bool | None = None) -> dict[str, int]:
-    """Predicted resident bytes of one loaded model, by component."""
+    """Predicted resident bytes of one loaded model, by component; `gpu_*` components
+    live in the GPU's memory (which is the system's RAM on an integrated or software GPU).
+
+    Offloaded, what changes (measured on Vulkan, lavapipe): a GPU's buffers are resident
+    in full once used, so its compute buffer counts at its reservation, which holds the
+    logits of `n_outputs_max` rows; the input embedding stays on the host, and a tied LM
+    head gets a second copy on the GPU; the host keeps the mask and the output buffer."""
     if c.kv_type not in KV_TYPES:
         raise ValueError(f"unknown KV cache type {c.kv_type!r}; choose one of {', '.join(KV_TYPES)}")
     repack = repacks_here() if repack is None else repack
@@ -189,16 +210,31 @@ def model_bytes(m: ModelFacts, c: ModelConfig, repack: bool | None = None) -> di
     act = nb * (3 * m.n_ff + 4 * m.n_embd) * 4
     if not c.flash_attn:
         act += nb * reach * (m.n_head + 1) * 4  # scores and mask, f32
-    mapped = m.file_bytes if c.load == "mmap" else 0
-    resident = (m.repack_bytes if repack else 0) if c.load == "mmap" else m.tensor_bytes
-    return {
+    share = min(c.gpu_layers, m.n_layer) / m.n_layer  # of the blocks, offloaded
+    head_on_gpu = c.gpu_layers > m.n_layer
+    blocks = max(0, m.tensor_bytes - m.embd_bytes - m.output_bytes)
+    gpu_weights = blocks * share + ((m.output_bytes or m.embd_bytes) if head_on_gpu else 0)
+    host_weights = m.tensor_bytes - blocks * share - (m.output_bytes if head_on_gpu else 0)
+    mapped = host_weights * m.file_bytes / max(1, m.tensor_bytes) if c.load == "mmap" else 0  # offloaded ranges are unmapped
+    resident = (m.repack_bytes * (1 - share) if repack else 0) if c.load == "mmap" else host_weights
+    logit_rows = max(1, c.max_outputs)
+    parts = {
         "weights_mapped": int(mapped),
         "weights_resident": int(resident),
         "vocab": int(VOCAB_ENTRY_BYTES * m.n_tokens),
-        "kv_cache": int(kv),
-        "compute": int(act),
-        "logits": int(2 * max(1, c.max_outputs) * m.n_vocab * 4),
+        "kv_cache": int(kv * (1 - share)),
+        "compute": int(act * (1 - share) + (nb * reach * 4 if share else 0)),
+        "logits": int((1 if head_on_gpu else 2) * logit_rows * m.n_vocab * 4),
     }
+    if c.gpu_layers > 0:
+        reserved_rows = min(nb, c.n_outputs_max or c.n_batch)
+        parts.update({
+            "gpu_weights": int(gpu_weights),
+            "gpu_kv_cache": int(kv * share),
+            # one buffer reused layer after layer: the largest of a layer's activations and the logits
+            "gpu_compute": int(max(act if share else 0, reserved_rows * m.n_vocab * 4 if head_on_gpu else 0)),
+        })
+    return parts
 
 
 def drafter_table_bytes(kind: str, n_vocab: int, n_ctx: int) -> int:
@@ -217,6 +253,7 @@ class Footprint:
 
     components: dict[str, int] = field(default_factory=dict)
     baseline: int = 0  # the process before any model (interpreter, libraries): measured, not predicted
+    device: dict[str, int] = field(default_factory=dict)  # a discrete GPU's own memory: not in the total
 
     @property
     def total(self) -> int:
@@ -227,21 +264,33 @@ class Footprint:
             self.components[f"{prefix}{k}"] = self.components.get(f"{prefix}{k}", 0) + v
 
     def to_dict(self) -> dict:
-        return {"baseline": self.baseline, **self.components, "total": self.total}
+        d = {"baseline": self.baseline, **self.components, "total": self.total}
+        return {**d, "device": dict(self.device)} if self.device else d
 
 
 def predict(target: ModelFacts, cfg: ModelConfig, drafter: str = "none", drafter_model: ModelFacts | None = None,
-            drafter_cfg: ModelConfig | None = None, baseline: int = 0, repack: bool | None = None) -> Footprint:
-    """The whole process: target, drafter model (if any), drafter tables, baseline."""
+            drafter_cfg: ModelConfig | None = None, baseline: int = 0, repack: bool | None = None,
+            gpu_shares_ram: bool = True) -> Footprint:
+    """The whole process: target, drafter model (if any), drafter tables, baseline.
+    With layers offloaded, the GPU's buffers count in the total where the GPU shares the
+    system's RAM (integrated and software GPUs); a discrete GPU's go to `device`."""
     fp = Footprint(baseline=baseline)
     fp.components["runtime"] = RUNTIME_BYTES
     fp.add("", model_bytes(target, cfg, repack))
     if drafter_model is not None:
-        dcfg = drafter_cfg or replace(cfg, max_outputs=1)
+        full = cfg.gpu_layers > target.n_layer  # "all layers" reaches the drafter as all of its own
+        dcfg = drafter_cfg or replace(cfg, max_outputs=1,
+                                      gpu_layers=drafter_model.n_layer + 1 if full else cfg.gpu_layers)
         fp.add("drafter_", model_bytes(drafter_model, dcfg, repack))
     tables = drafter_table_bytes(drafter, target.n_vocab, cfg.n_ctx)
     if tables:
         fp.components["drafter_tables"] = tables
+    if any(k.startswith(("gpu_", "drafter_gpu_")) for k in fp.components):
+        offloaded = sum(v for k, v in fp.components.items() if k.endswith("gpu_weights"))
+        fp.components["gpu_driver"] = int(GPU_DRIVER_FIXED + GPU_DRIVER_PER_WEIGHT_BYTE * offloaded)
+        if not gpu_shares_ram:
+            fp.device = {k: fp.components.pop(k) for k in list(fp.components)
+                         if k.startswith(("gpu_", "drafter_gpu_")) and k != "gpu_driver"}
     return fp
 
 

@@ -37,6 +37,20 @@ class BudgetError(EdgespecError):
     """A memory budget too small for what was asked."""
 
 
+@dataclass(frozen=True)
+class GpuMemory:
+    """The GPU a plan offloads to: its free memory, and whether that memory is the
+    system's RAM (integrated and software GPUs), which the budget then covers too."""
+
+    free: int
+    shares_ram: bool
+    name: str = "GPU"
+
+    @property
+    def allowance(self) -> int:
+        return int(self.free * (1 - GPU_RESERVE_SHARE) - GPU_RESERVE_BYTES)
+
+
 @dataclass
 class Plan:
     budget: int | None
@@ -53,20 +67,25 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     target: ModelFacts | None = None
     drafter_model: ModelFacts | None = None
+    n_gpu_layers: int = 0  # of n_layer + 1 offloaded; 0: the CPU alone
+    n_outputs_max: int = 0  # logits rows reserved per micro-batch (0: llama.cpp's default, n_batch)
+    gpu: "GpuMemory | None" = None
 
     def config(self, prefill: int | None = None) -> ModelConfig:
         """The target's configuration; `prefill` narrows the attention-score bound
         from a full context to a known workload's longest prompt."""
         return ModelConfig(n_ctx=self.n_ctx, kv_type=self.kv_type, n_batch=self.n_batch, load=self.load,
                            flash_attn=self.flash_attn, max_outputs=self.max_draft + 1 if self.drafter != "none" else 1,
-                           prefill=self.n_ctx if prefill is None else prefill)
+                           prefill=self.n_ctx if prefill is None else prefill, n_outputs_max=self.n_outputs_max,
+                           gpu_layers=self.n_gpu_layers)
 
     def predict(self, prefill: int | None = None, baseline: int | None = None) -> Footprint:
         """The footprint of this plan for a workload whose prompts reach `prefill` tokens."""
         assert self.target is not None
         return predict(self.target, self.config(prefill), self.drafter,
                        self.drafter_model if uses_model(self.drafter) else None,
-                       baseline=self.footprint.baseline if baseline is None else baseline)
+                       baseline=self.footprint.baseline if baseline is None else baseline,
+                       gpu_shares_ram=self.gpu is None or self.gpu.shares_ram)
 
     @property
     def flash_attn(self) -> bool:
@@ -74,7 +93,13 @@ class Plan:
 
     def backend_options(self) -> dict:
         """Keyword arguments for LlamaCppBackend (target and drafter model alike)."""
-        return {"kv_type": self.kv_type, "n_batch": self.n_batch, "load": self.load}
+        opts = {"kv_type": self.kv_type, "n_batch": self.n_batch, "load": self.load,
+                "n_outputs_max": self.n_outputs_max}
+        if self.gpu is None:
+            return opts
+        # all layers as -1, so a drafter model with more layers than the target gets all of its own
+        full = self.target is not None and self.n_gpu_layers > self.target.n_layer
+        return {**opts, "n_gpu_layers": -1 if full else self.n_gpu_layers}
 
     def to_dict(self) -> dict:
         return {
@@ -82,11 +107,13 @@ class Plan:
             "load": self.load, "flash_attn": self.flash_attn, "drafter": self.drafter, "max_draft": self.max_draft,
             "predicted": self.footprint.to_dict(), "predicted_speedup": round(self.speedup, 3),
             "minimum": self.minimum, "minimum_speculative": self.minimum_speculative, "notes": self.notes,
+            "n_gpu_layers": self.n_gpu_layers, "n_outputs_max": self.n_outputs_max,
         }
 
     def summary(self) -> str:
         b = f"budget {fmt_bytes(self.budget)}" if self.budget else "no budget"
-        return (f"{b}: context {self.n_ctx}, KV {self.kv_type}, batch {self.n_batch}, weights {self.load}, "
+        gpu = f", {self.n_gpu_layers} layers on the GPU" if self.gpu is not None else ""
+        return (f"{b}: context {self.n_ctx}, KV {self.kv_type}, batch {self.n_batch}, weights {self.load}{gpu}, "
                 f"drafter {self.drafter}" + (f", up to {self.max_draft} draft tokens" if self.max_draft else "")
                 + "; predicted "
                 f"{fmt_bytes(self.footprint.total)}")
@@ -138,8 +165,11 @@ def plan(
     baseline: int = 0,
     batch_costs: Sequence[float] | None = None,
     repack: bool | None = None,
+    gpu: GpuMemory | None = None,
 ) -> Plan:
     """The best configuration within `budget` bytes (None: no limit, llama.cpp's defaults).
+    With `gpu`, it also chooses how many layers to offload (as many as fit, before a
+    longer draft); a GPU sharing the system's RAM counts in the budget.
 
     `baseline` is the process's own memory before any model is loaded, measured
     by the caller: a budget covers the whole process. Raises BudgetError, naming
@@ -150,12 +180,14 @@ def plan(
     minimum = math.ceil(_minimum(target, baseline, "none", repack) / HEADROOM)
     minimum_spec = math.ceil(_minimum(target, baseline, "lookup", repack) / HEADROOM)
     if budget is None:
-        cfg = ModelConfig(n_ctx=want_ctx, max_outputs=max_draft + 1 if drafter != "none" else 1, prefill=want_ctx)
+        ngl = gpu_layers(target, gpu.free, want_ctx) if gpu is not None else 0
+        cfg = ModelConfig(n_ctx=want_ctx, max_outputs=max_draft + 1 if drafter != "none" else 1, prefill=want_ctx,
+                          gpu_layers=ngl)
         fp = predict(target, cfg, drafter, drafter_model if uses_model(drafter) else None, baseline=baseline,
-                     repack=repack)
+                     repack=repack, gpu_shares_ram=gpu is None or gpu.shares_ram)
         return Plan(None, want_ctx, "f16", cfg.n_batch, "mmap", drafter, max_draft if drafter != "none" else 0, fp,
                     predicted_speedup(drafter, max_draft, target, drafter_model, batch_costs),
-                    minimum, minimum_spec, [], target, drafter_model)
+                    minimum, minimum_spec, [], target, drafter_model, ngl, 0, gpu)
 
     limit = math.floor(budget * HEADROOM)
     if minimum > budget:
@@ -176,20 +208,23 @@ def plan(
         for q, kv in enumerate(KV_QUALITY):
             for rank, d in enumerate(candidates):
                 dm = drafter_model if uses_model(d) else None
-                for nb in BATCHES:
-                    k = _largest_draft(target, limit, baseline, d, dm, ctx, kv, nb, max_draft, repack)
-                    if k is None:
-                        continue
-                    # the model's own output first (a quantized KV cache changes it), then the
-                    # context, then the drafter asked for, then draft length and prefill batch
-                    key = (-q, ctx, -rank, k, nb)
-                    if best is None or key > best[0]:
-                        best = (key, ctx, kv, d, nb, k)
+                for ngl in _offload_candidates(target, gpu, ctx, kv):
+                    for nb in BATCHES:
+                        k = _largest_draft(target, limit, baseline, d, dm, ctx, kv, nb, max_draft, repack, ngl, gpu)
+                        if k is None:
+                            continue
+                        # the model's own output first (a quantized KV cache changes it), then the
+                        # context, then the drafter asked for, then the GPU's share, then draft length
+                        # and prefill batch
+                        key = (-q, ctx, -rank, ngl, k, nb)
+                        if best is None or key > best[0]:
+                            best = (key, ctx, kv, d, nb, k, ngl)
     assert best is not None  # the minimum fits, so the smallest context does
-    _, ctx, kv, d, nb, k = best
+    _, ctx, kv, d, nb, k, ngl = best
     speed = predicted_speedup(d, k, target, drafter_model if uses_model(d) else None, batch_costs)
-    fp = predict(target, _config(ctx, kv, nb, d, k), d, drafter_model if uses_model(d) else None,
-                 baseline=baseline, repack=repack)
+    cfg = _config(ctx, kv, nb, d, k, ngl)
+    fp = predict(target, cfg, d, drafter_model if uses_model(d) else None, baseline=baseline, repack=repack,
+                 gpu_shares_ram=gpu is None or gpu.shares_ram)
     notes = []
     if ctx < want_ctx:
         notes.append(f"context {ctx} instead of {want_ctx}: a larger one does not fit")
@@ -199,20 +234,44 @@ def plan(
         notes.append(f"drafter {d} instead of {drafter}: {drafter} does not fit")
     elif d != "none" and k < max_draft:
         notes.append(f"at most {k} draft tokens instead of {max_draft}: their logits would not fit")
-    return Plan(budget, ctx, kv, nb, "read", d, k, fp, speed, minimum, minimum_spec, notes, target, drafter_model)
+    if gpu is not None and ngl <= target.n_layer:
+        notes.append(f"{ngl} of {target.n_layer + 1} layers on {gpu.name}: more do not fit")
+    return Plan(budget, ctx, kv, nb, "read", d, k, fp, speed, minimum, minimum_spec, notes, target, drafter_model,
+                ngl if gpu is not None else 0, cfg.n_outputs_max, gpu)
 
 
-def _config(ctx: int, kv: str, nb: int, d: str, k: int) -> ModelConfig:
-    """A budgeted configuration: weights read once, attention scores bounded by a full context."""
+def _config(ctx: int, kv: str, nb: int, d: str, k: int, ngl: int = 0) -> ModelConfig:
+    """A budgeted configuration: weights read once, attention scores bounded by a full context,
+    logits reserved for the longest verification only."""
+    outputs = k + 1 if d != "none" else 1
     return ModelConfig(n_ctx=ctx, kv_type=kv, n_batch=nb, load="read", flash_attn=kv != "f16",
-                       max_outputs=k + 1 if d != "none" else 1, prefill=ctx)
+                       max_outputs=outputs, prefill=ctx, n_outputs_max=outputs, gpu_layers=ngl)
+
+
+def _offload_candidates(target: ModelFacts, gpu: GpuMemory | None, ctx: int, kv: str) -> list[int]:
+    """Layer counts worth trying, most first: all that the GPU's memory holds, then fewer."""
+    if gpu is None:
+        return [0]
+    most = gpu_layers(target, gpu.free, ctx, kv)
+    return sorted({most, min(most, target.n_layer), most * 3 // 4, most // 2, most // 4, 0}, reverse=True)
+
+
+def _fits(fp: Footprint, limit: int, gpu: GpuMemory | None) -> bool:
+    if fp.total > limit:
+        return False
+    on_gpu = sum(v for k, v in {**fp.components, **fp.device}.items() if "gpu_" in k and k != "gpu_driver")
+    return gpu is None or on_gpu <= gpu.allowance
 
 
 def _largest_draft(target: ModelFacts, limit: int, baseline: int, d: str, dm: ModelFacts | None, ctx: int,
-                   kv: str, nb: int, max_draft: int, repack: bool | None) -> int | None:
+                   kv: str, nb: int, max_draft: int, repack: bool | None, ngl: int = 0,
+                   gpu: GpuMemory | None = None) -> int | None:
     """The largest draft length (0 for plain decoding) that fits `limit`, or None."""
+    shares = gpu is None or gpu.shares_ram
     for k in ([0] if d == "none" else range(max_draft, 0, -1)):  # two logits rows per draft token: a short scan
-        if predict(target, _config(ctx, kv, nb, d, k), d, dm, baseline=baseline, repack=repack).total <= limit:
+        fp = predict(target, _config(ctx, kv, nb, d, k, ngl), d, dm, baseline=baseline, repack=repack,
+                     gpu_shares_ram=shares)
+        if _fits(fp, limit, gpu):
             return k
     return None
 
@@ -231,10 +290,11 @@ def _name(m: ModelFacts) -> str:
 
 
 def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: int = 16,
-              budget: int | str | None = None) -> Plan | None:
+              budget: int | str | None = None, device: str = "cpu") -> Plan | None:
     """The plan for a model file and drafter name, this process's memory now as the
     baseline. None without a budget for models the memory model does not cover
-    (ONNX exports); with a budget they are refused."""
+    (ONNX exports); with a budget they are refused. With `device` gpu or auto, the
+    GPU llama.cpp would use is planned for (see `plan`)."""
     from .drafters import HYBRID, check_drafter
     from .footprint import parse_bytes, process_rss
     from .runtimes import model_file
@@ -254,7 +314,19 @@ def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: i
         raise BudgetError(f"memory budgets are planned for GGUF models (llama.cpp); {onnx[0]} is not one")
     facts = [ModelFacts.from_gguf(p) for p in paths]
     return plan(facts[0], budget, drafter, facts[1] if len(facts) > 1 else None, n_ctx=n_ctx, max_draft=max_draft,
-                baseline=process_rss()["rss"])
+                baseline=process_rss()["rss"], gpu=gpu_memory(device))
+
+
+def gpu_memory(device: str) -> GpuMemory | None:
+    """The GPU a `--device` request gets from llama.cpp, or None for the CPU."""
+    if device == "cpu":
+        return None
+    from .runtimes.devices import place, shares_ram
+
+    gpus = place(device).gpus
+    if not gpus:
+        return None
+    return GpuMemory(gpus[0].free, shares_ram(gpus[0]), f"{gpus[0].name} ({gpus[0].description})")
 
 
 def plain_footprint(target: ModelFacts, n_ctx: int, baseline: int = 0, repack: bool | None = None) -> int:

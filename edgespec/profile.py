@@ -25,8 +25,8 @@ from rich.table import Table
 from .errors import EdgespecError
 from .footprint import fmt_bytes, parse_bytes, peak_rss, process_rss
 
-WEIGHTS = ("weights_resident", "vocab", "kv_cache", "runtime")  # resident from the moment a model is loaded
-RUNNING = ("compute", "logits", "tables")  # touched while generating
+WEIGHTS = ("weights_resident", "vocab", "kv_cache", "runtime", "gpu_weights", "gpu_kv_cache")  # resident once loaded
+RUNNING = ("compute", "logits", "tables", "gpu_compute", "gpu_driver")  # touched while generating
 
 
 @dataclass
@@ -66,17 +66,21 @@ class MemorySampler:
 
 
 def run_profile(model: str, drafter: str, budget: str | int | None, n_ctx: int, threads: int | None,
-                max_draft: int, max_tokens: int, prompts: list[dict]) -> dict:
+                max_draft: int, max_tokens: int, prompts: list[dict], device: str = "cpu") -> dict:
     """Load, generate every prompt (plain and speculative alternately), and report
     the plan, predicted against measured memory, and speeds."""
     from .api import EdgeSpec
     from .bench import _timed, encode_prompt
     from .engine import Engine
+    from .runtimes.devices import place
+    from .runtimes.llamacpp import _init_backend
 
+    _init_backend(device)  # a GPU driver's start belongs to the baseline, as when EdgeSpec plans
+    place(device)
     with MemorySampler() as mem:
         start = mem.mark("start")
         llm = EdgeSpec(model, drafter=drafter, n_ctx=n_ctx, threads=threads, max_draft=max_draft,
-                       memory_budget=budget, quiet=True)
+                       memory_budget=budget, quiet=True, device=device)
         try:
             if llm.plan is None:
                 raise EdgespecError(f"{model} is not a GGUF model: the memory model covers llama.cpp models")
@@ -168,7 +172,7 @@ def print_profile(r: dict, console: Console) -> None:
 
 def sweep(model: str, drafter: str, budgets: list[str | None], n_ctx: int, threads: int | None, max_draft: int,
           max_tokens: int, prompts_path: Path | None, limit: int | None, console: Console,
-          category: str | None = None) -> list[dict]:
+          category: str | None = None, device: str = "cpu") -> list[dict]:
     """One fresh process per budget (None: unconstrained); failures to fit are rows too."""
     results = []
     from rich.progress import Progress
@@ -184,7 +188,7 @@ def sweep(model: str, drafter: str, budgets: list[str | None], n_ctx: int, threa
             cmd += ["--threads", str(threads)] if threads else []
             cmd += ["--prompts", str(prompts_path)] if prompts_path else []
             cmd += ["--limit", str(limit)] if limit else []
-            cmd += ["--category", category or ""]
+            cmd += ["--category", category or "", "--device", device]
             p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
             if p.returncode == 0:
                 r = json.loads(out.read_text())

@@ -227,6 +227,14 @@ def place(device: str) -> Placement:
     return Placement(device, (), f"no GPU: {why}; running on the CPU")
 
 
+def shares_ram(d: GgmlDevice) -> bool:
+    """Whether a GPU's memory is the system's RAM: ggml says so for integrated GPUs, and the
+    Vulkan loader for integrated and CPU-type (software) devices, which ggml lists as GPUs."""
+    if d.kind == "igpu" or _is_software(d):
+        return True
+    return any(v.kind in ("integrated", "cpu") for v in vulkan_devices() if v.name == d.description)
+
+
 def _is_software(d: GgmlDevice) -> bool:
     name = d.description.lower()
     return any(s in name for s in ("llvmpipe", "lavapipe", "swiftshader"))

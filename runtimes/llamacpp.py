@@ -138,13 +138,17 @@ class LlamaCppBackend(Backend):
         flash_attn: bool = False,
         kv_type: str = "f16",
         load: str = "mmap",
+        n_outputs_max: int = 0,
     ) -> None:
         """flash_attn defaults to off, as in llama-cpp-python's `Llama`, so plain
         greedy output here is token for token what its users get. A quantized KV
         cache (`kv_type` q8_0 or q4_0) turns it on: llama.cpp needs it for a
         quantized V. `load="read"` copies the weights into memory instead of
         mapping the file: where llama.cpp repacks weights, mapping holds them twice
-        (see footprint.py).
+        (see footprint.py). `n_outputs_max` bounds the logits rows llama.cpp reserves per
+        micro-batch (0: n_batch): a plan sets it to the longest draft plus one, since on a
+        GPU the reservation is resident in full (311 MB for Qwen's vocabulary at n_batch 512).
+        A call asking for more rows is split into several decodes (llama.cpp aborts otherwise).
 
         `device` is cpu, gpu, npu or auto (runtimes/devices.py): on a GPU, `n_gpu_layers`
         layers are offloaded (all by default; the memory planner may give fewer); where
@@ -189,6 +193,8 @@ class LlamaCppBackend(Backend):
         cp = ll.llama_context_default_params()
         cp.n_ctx = self.n_ctx
         cp.n_batch = n_batch
+        cp.n_outputs_max = n_outputs_max
+        self._outputs_cap = n_outputs_max or n_batch  # eval splits batches that ask for more rows
         cp.n_ubatch = n_batch
         cp.n_seq_max = 1
         cp.n_threads = self.n_threads
@@ -235,8 +241,11 @@ class LlamaCppBackend(Backend):
         first_out = n - n_logits
         chunks = []
         b = self._batch
-        for start in range(0, n, self.n_batch):
+        start = 0
+        while start < n:
             end = min(n, start + self.n_batch)
+            if end - max(start, first_out) > self._outputs_cap:  # llama.cpp aborts past its reservation
+                end = max(start, first_out) + self._outputs_cap
             for j, i in enumerate(range(start, end)):
                 b.token[j] = ids[i]
                 b.pos[j] = self._n_past + i
@@ -253,11 +262,13 @@ class LlamaCppBackend(Backend):
             if outs:
                 self._max_outputs = max(self._max_outputs, outs)
                 ptr = ll.llama_get_logits(self._ctx)
-                chunks.append(np.ctypeslib.as_array(ptr, shape=(outs, self.tokenizer.n_vocab)))
+                rows = np.ctypeslib.as_array(ptr, shape=(outs, self.tokenizer.n_vocab))
+                chunks.append(rows if end == n else rows.copy())  # the next decode overwrites llama.cpp's buffer
+            start = end
         self._n_past += n
         if len(chunks) == 1:
             return chunks[0]
-        return np.concatenate([c.copy() for c in chunks]) if chunks else np.empty((0, self.tokenizer.n_vocab), np.float32)
+        return np.concatenate(chunks) if chunks else np.empty((0, self.tokenizer.n_vocab), np.float32)
 
     def rollback(self, n_past: int) -> None:
         self._check_rollback(n_past)

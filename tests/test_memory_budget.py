@@ -85,3 +85,24 @@ def test_the_api_exposes_the_plan_and_the_live_footprint(smollm2_path):
     assert mem["rss"] <= mem["peak"] <= mem["budget"]
     assert mem["predicted"] == plan["predicted"]["total"]
     assert "needs at least" in out["refusal"]
+
+
+def test_reserving_fewer_logits_rows_changes_no_logit(smollm2_path):
+    """A plan reserves logits for its longest verification only (n_outputs_max); a call
+    asking for more is split into several decodes (llama.cpp would abort) and every
+    logit is the same."""
+    import numpy as np
+
+    from edgespec.runtimes.llamacpp import LlamaCppBackend
+
+    ids = [1, 504, 3458, 282, 253, 1345, 314, 260]
+    full = LlamaCppBackend(smollm2_path, n_ctx=256, n_threads=2)
+    bounded = LlamaCppBackend(smollm2_path, n_ctx=256, n_threads=2, n_outputs_max=3)
+    try:
+        for n_logits in (1, 3, 8):  # 8 rows exceed the reservation of 3
+            full.rollback(0)
+            bounded.rollback(0)
+            np.testing.assert_array_equal(bounded.eval(ids, n_logits), full.eval(ids, n_logits))
+    finally:
+        full.close()
+        bounded.close()

@@ -1,9 +1,11 @@
 """The memory model and the planner, on model facts alone (nothing is loaded)."""
 
+from dataclasses import replace
+
 import pytest
 
 from edgespec.footprint import ModelConfig, ModelFacts, model_bytes, parse_bytes, predict
-from edgespec.planner import HEADROOM, BudgetError, plain_footprint, plan
+from edgespec.planner import HEADROOM, BudgetError, GpuMemory, plain_footprint, plan
 
 MB = 1_000_000
 
@@ -111,3 +113,44 @@ def test_gpu_offload_takes_every_layer_that_fits_in_the_gpus_free_memory():
     assert 0 < part < QWEN15.n_layer
     assert gpu_layers(QWEN15, 1 << 30, n_ctx=32768) < part  # a longer context leaves room for fewer
     assert gpu_layers(QWEN15, 200 << 20, n_ctx=4096) == 0  # less than the reserve: nothing
+
+
+# Qwen2.5-Coder-1.5B's LM head (Q6_K) and input embedding (Q4_K), as from_gguf reads them
+QWEN15_GPU = replace(QWEN15, embd_bytes=131_270_000, output_bytes=191_440_000)
+
+
+def test_a_budgeted_plan_reserves_logits_for_its_longest_verification_only():
+    p = plan(QWEN15, 2500 * MB, "lookup", n_ctx=4096, max_draft=8, baseline=BASE, repack=True)
+    assert p.n_outputs_max == p.max_draft + 1 == 9
+    assert p.backend_options()["n_outputs_max"] == 9  # llama.cpp would reserve n_batch rows otherwise
+    assert "n_gpu_layers" not in p.backend_options()  # a CPU plan says nothing about GPUs
+
+
+def test_offloaded_buffers_count_in_the_total_on_a_gpu_that_shares_ram():
+    cfg = ModelConfig(n_ctx=4096, load="read", n_batch=512, n_outputs_max=17, max_outputs=17,
+                      gpu_layers=QWEN15_GPU.n_layer + 1)
+    parts = model_bytes(QWEN15_GPU, cfg, repack=True)
+    # the embedding stays on the host; the blocks and the LM head move; the KV cache moves with its layers
+    assert parts["weights_resident"] == QWEN15_GPU.embd_bytes
+    assert parts["gpu_weights"] == QWEN15_GPU.tensor_bytes - QWEN15_GPU.embd_bytes
+    assert parts["kv_cache"] == 0 and parts["gpu_kv_cache"] == model_bytes(QWEN15_GPU, ModelConfig(n_ctx=4096))["kv_cache"]
+    # the GPU's compute buffer holds the logits of n_outputs_max rows, not of the whole micro-batch
+    default = model_bytes(QWEN15_GPU, replace(cfg, n_outputs_max=0), repack=True)["gpu_compute"]
+    assert default == 512 * 151936 * 4 and parts["gpu_compute"] < default / 3  # then a layer's activations lead
+    shared = predict(QWEN15_GPU, cfg, baseline=BASE)
+    assert shared.components["gpu_weights"] and not shared.device
+    discrete = predict(QWEN15_GPU, cfg, baseline=BASE, gpu_shares_ram=False)
+    assert discrete.device["gpu_weights"] == parts["gpu_weights"]
+    assert discrete.total < shared.total - parts["gpu_weights"]  # a discrete GPU's memory is not the process's
+
+
+def test_a_gpu_plan_offloads_what_its_memory_holds_and_says_so_when_not_all():
+    roomy = plan(QWEN15_GPU, None, "lookup", n_ctx=4096, gpu=GpuMemory(8 << 30, shares_ram=True))
+    assert roomy.n_gpu_layers == QWEN15_GPU.n_layer + 1
+    assert roomy.footprint.components["gpu_weights"] > 0
+    small = GpuMemory(1 << 30, shares_ram=False, name="a 1 GiB GPU")
+    p = plan(QWEN15_GPU, 3000 * MB, "lookup", n_ctx=4096, baseline=BASE, repack=True, gpu=small)
+    assert 0 < p.n_gpu_layers <= QWEN15_GPU.n_layer
+    assert sum(p.footprint.device.values()) <= small.allowance
+    assert any("layers on a 1 GiB GPU" in n for n in p.notes)
+    assert p.backend_options()["n_gpu_layers"] == p.n_gpu_layers
