@@ -259,6 +259,11 @@ class Footprint:
     def total(self) -> int:
         return self.baseline + sum(self.components.values())
 
+    @property
+    def gpu_bytes(self) -> int:
+        """What the GPU's memory holds, whether or not that memory is the process's."""
+        return sum(v for k, v in {**self.components, **self.device}.items() if in_gpu_memory(k))
+
     def add(self, prefix: str, parts: dict[str, int]) -> None:
         for k, v in parts.items():
             self.components[f"{prefix}{k}"] = self.components.get(f"{prefix}{k}", 0) + v
@@ -285,13 +290,19 @@ def predict(target: ModelFacts, cfg: ModelConfig, drafter: str = "none", drafter
     tables = drafter_table_bytes(drafter, target.n_vocab, cfg.n_ctx)
     if tables:
         fp.components["drafter_tables"] = tables
-    if any(k.startswith(("gpu_", "drafter_gpu_")) for k in fp.components):
+    on_gpu = [k for k in fp.components if in_gpu_memory(k)]
+    if on_gpu:
         offloaded = sum(v for k, v in fp.components.items() if k.endswith("gpu_weights"))
         fp.components["gpu_driver"] = int(GPU_DRIVER_FIXED + GPU_DRIVER_PER_WEIGHT_BYTE * offloaded)
         if not gpu_shares_ram:
-            fp.device = {k: fp.components.pop(k) for k in list(fp.components)
-                         if k.startswith(("gpu_", "drafter_gpu_")) and k != "gpu_driver"}
+            fp.device = {k: fp.components.pop(k) for k in on_gpu}
     return fp
+
+
+def in_gpu_memory(component: str) -> bool:
+    """Whether a footprint component lives in a GPU's memory: the target's or a drafter
+    model's `gpu_*` buffers; the driver's own memory is the process's."""
+    return component.removeprefix("drafter_").startswith("gpu_") and component != "gpu_driver"
 
 
 def process_rss() -> dict[str, int]:

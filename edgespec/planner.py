@@ -259,8 +259,7 @@ def _offload_candidates(target: ModelFacts, gpu: GpuMemory | None, ctx: int, kv:
 def _fits(fp: Footprint, limit: int, gpu: GpuMemory | None) -> bool:
     if fp.total > limit:
         return False
-    on_gpu = sum(v for k, v in {**fp.components, **fp.device}.items() if "gpu_" in k and k != "gpu_driver")
-    return gpu is None or on_gpu <= gpu.allowance
+    return gpu is None or fp.gpu_bytes <= gpu.allowance
 
 
 def _largest_draft(target: ModelFacts, limit: int, baseline: int, d: str, dm: ModelFacts | None, ctx: int,
