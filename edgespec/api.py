@@ -19,7 +19,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .backend import Backend
 from .controller import DraftController
-from .drafters import make_drafter
+from .drafters import drafter_backends, make_drafter
 from .engine import Engine
 from .errors import ContextOverflowError, EdgespecError
 from .footprint import peak_rss, process_rss
@@ -85,7 +85,9 @@ class EdgeSpec:
 
     `device` is cpu, gpu, npu or auto: llama.cpp's Vulkan GPU, or ONNX Runtime's execution
     provider (with `ep_options`). Where it does not exist the model runs on the CPU, and
-    `backend.notice` says why in one line.
+    `notices` says why in one line per model. A budget on a GPU also plans how many layers
+    to offload; the first one for a GPU and models measures the driver's memory in a
+    child process (driver_memory.py), cached after.
     """
 
     def __init__(
@@ -113,11 +115,6 @@ class EdgeSpec:
             from .store import resolve
 
             _init_backend(device)  # llama.cpp sets its devices up once, before planning asks it anything
-            if memory_budget is not None and device != "cpu":
-                from .planner import BudgetError
-
-                raise BudgetError(f"memory budgets are planned for the CPU: with --device {device} the GPU driver's "
-                                  "own memory (shader pipelines) is not predicted within 10% yet")
             path = resolve(model, fetch_missing=fetch, quiet=quiet)
             self.plan = make_plan(path, drafter, n_ctx, max_draft, memory_budget, device)
             if self.plan is not None:
@@ -310,8 +307,18 @@ class EdgeSpec:
             "budget": self.plan.budget if self.plan is not None else None,
         }
 
+    @property
+    def notices(self) -> list[str]:
+        """One line per model (target, then a drafter model) whose device request was not met."""
+        lines = []
+        for b in [self.backend, *drafter_backends(self.drafter)]:
+            if b.notice and b.notice not in lines:
+                lines.append(b.notice if b is self.backend else f"drafter: {b.notice}")
+        return lines
+
     def close(self) -> None:
-        self.backend.close()
+        for b in [*drafter_backends(self.drafter), self.backend]:
+            b.close()
 
     def __enter__(self) -> "EdgeSpec":
         return self

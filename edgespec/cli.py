@@ -79,11 +79,13 @@ def _load(model: str, drafter: str, ctx: int, threads: Optional[int], max_draft:
     options = parse_ep_options(ep_options or [])
     check_drafter(drafter)  # reject an unknown drafter before loading the target
     path = resolve(model)  # fetches with a progress bar on first use
-    with err.status(f"loading {model}…") as status:
+    first = " (a GPU budget first measures the driver's memory, once: minutes on a software GPU)" \
+        if budget is not None and device != "cpu" else ""
+    with err.status(f"loading {model}{first}…") as status:
         llm = EdgeSpec(str(path), drafter=drafter, n_ctx=ctx, threads=threads, max_draft=max_draft,
                        memory_budget=budget, device=device, ep_options=options or None)
-        if llm.backend.notice:
-            err.print(f"[yellow]notice:[/] {llm.backend.notice}", highlight=False, soft_wrap=True)
+        for notice in llm.notices:
+            err.print(f"[yellow]notice:[/] {notice}", highlight=False, soft_wrap=True)
         if device != "cpu":
             err.print(f"[dim]device: {llm.backend.device}[/]", highlight=False, soft_wrap=True)
         if budget is not None:

@@ -46,14 +46,16 @@ class Engine:
 
     # -- cost calibration ---------------------------------------------------
 
-    def calibrate(self, sizes: Sequence[int] | None = None, repeats: int = 1) -> dict[int, float]:
+    def calibrate(self, sizes: Sequence[int] | None = None, repeats: int = 1, warm: bool = False) -> dict[int, float]:
         """Time batches of every size up to max_draft + 1 on the backend, then undo them.
 
         Cheap drafts are only worth verifying if a k-token batch costs little more
         than one token; this measures it on the real kernels of this machine. The
         curve is not smooth (llama.cpp picks kernels by batch size: on one CPU
         here 4 tokens cost 1.75x one token and 3 tokens 2.1x), so every size is
-        timed. Results are cached on disk per model, build and machine.
+        timed. Results are cached on disk per model, build and machine; `warm` runs every
+        size once even then, so a GPU driver compiles all its pipelines now (what a
+        memory profile measures) rather than at a draft's first use.
         """
         b = self.backend
         base = b.n_past
@@ -62,7 +64,8 @@ class Engine:
                 self.controller.cost.observe(n, b.simulated_seconds(n, base))
             return self.controller.cost.measured
         key = b.cost_key()
-        if sizes is None and calibration.load(key, self.controller.cost):
+        cached = sizes is None and calibration.load(key, self.controller.cost)
+        if cached and not warm:
             return self.controller.cost.measured
         sizes = [n for n in (sizes or range(1, self.max_draft + 2)) if base + n <= b.n_ctx]
         filler = self.cached[-1] if self.cached else (b.tokenizer.bos_id or 0)
@@ -71,6 +74,8 @@ class Engine:
         for n in (1, 1, 4) if b.device == "CPU" else (1, *sizes):
             b.eval([filler] * min(n, b.n_ctx - base))
             b.rollback(base)
+        if cached:
+            return self.controller.cost.measured
         for _ in range(repeats):
             for n in [*sizes, 1]:  # one token again at the end: the unit all others are compared to
                 t0 = time.perf_counter()

@@ -46,10 +46,10 @@ FACTS_VERSION = 2  # bump when ModelFacts gains a field: cached facts of older v
 RUNTIME_BYTES = 12_000_000  # paged in on first use: llama.cpp's code, the modules loading imports (measured 10-13 MB)
 # What a GPU driver adds in the process as kernels first run, beyond llama.cpp's buffers:
 # compiled shader pipelines, one per weight type and batch width (ggml-vulkan's matrix-vector
-# kernels take 1 to 8 columns). Measured on lavapipe, the only GPU here, after every batch
-# size up to 17 ran: 155 MB for SmolLM2-135M (Q4_1/Q8_0, 97 MB offloaded), 420 MB for
-# Qwen2.5-Coder-0.5B (Q5_0/Q6_K/Q8_0, 392 MB offloaded). A line through both, until a
-# driver is measured that says otherwise; its start-up (lavapipe: 56 MB) is in the baseline.
+# kernels take 1 to 8 columns). A rough estimate for predictions without a budget (a line
+# through two lavapipe measurements with every layer offloaded); budgets are planned from
+# the driver's memory measured on the machine (driver_memory.py). Its start-up (lavapipe:
+# 56 MB) is in the baseline.
 GPU_DRIVER_FIXED = 68_000_000
 GPU_DRIVER_PER_WEIGHT_BYTE = 0.9
 
@@ -170,7 +170,7 @@ class ModelConfig:
     max_outputs: int = 1  # logits rows asked for in one batch (draft length + 1)
     prefill: int = 512  # the longest prompt chunk's reach into the cache (bounds attention scores)
     n_outputs_max: int = 0  # logits rows llama.cpp reserves per micro-batch (0: n_batch, its default)
-    gpu_layers: int = 0  # of n_layer + 1 (the blocks, then the output layer) offloaded to a GPU
+    gpu_layers: int = 0  # llama.cpp's n_gpu_layers: the output layer, then the last blocks (n_layer + 1: all)
 
 
 def padded_ctx(n_ctx: int) -> int:
@@ -210,8 +210,10 @@ def model_bytes(m: ModelFacts, c: ModelConfig, repack: bool | None = None) -> di
     act = nb * (3 * m.n_ff + 4 * m.n_embd) * 4
     if not c.flash_attn:
         act += nb * reach * (m.n_head + 1) * 4  # scores and mask, f32
-    share = min(c.gpu_layers, m.n_layer) / m.n_layer  # of the blocks, offloaded
-    head_on_gpu = c.gpu_layers > m.n_layer
+    # llama.cpp offloads the output layer first, then the last blocks: n_gpu_layers = 1 is
+    # the LM head alone, n_layer + 1 is everything (llama-model.cpp, i_gpu_start)
+    share = max(0, min(c.gpu_layers, m.n_layer + 1) - 1) / m.n_layer  # of the blocks, offloaded
+    head_on_gpu = c.gpu_layers >= 1
     blocks = max(0, m.tensor_bytes - m.embd_bytes - m.output_bytes)
     gpu_weights = blocks * share + ((m.output_bytes or m.embd_bytes) if head_on_gpu else 0)
     host_weights = m.tensor_bytes - blocks * share - (m.output_bytes if head_on_gpu else 0)
@@ -275,10 +277,13 @@ class Footprint:
 
 def predict(target: ModelFacts, cfg: ModelConfig, drafter: str = "none", drafter_model: ModelFacts | None = None,
             drafter_cfg: ModelConfig | None = None, baseline: int = 0, repack: bool | None = None,
-            gpu_shares_ram: bool = True) -> Footprint:
+            gpu_shares_ram: bool = True, gpu_driver: int | None = None) -> Footprint:
     """The whole process: target, drafter model (if any), drafter tables, baseline.
     With layers offloaded, the GPU's buffers count in the total where the GPU shares the
-    system's RAM (integrated and software GPUs); a discrete GPU's go to `device`."""
+    system's RAM (integrated and software GPUs); a discrete GPU's go to `device`.
+    `gpu_driver` is the driver's own memory as measured (driver_memory.py) for a process
+    that uses a GPU, offloaded layers or not (llama.cpp still sends large batches to it);
+    without it, a rough estimate counts when layers are offloaded."""
     fp = Footprint(baseline=baseline)
     fp.components["runtime"] = RUNTIME_BYTES
     fp.add("", model_bytes(target, cfg, repack))
@@ -291,11 +296,13 @@ def predict(target: ModelFacts, cfg: ModelConfig, drafter: str = "none", drafter
     if tables:
         fp.components["drafter_tables"] = tables
     on_gpu = [k for k in fp.components if in_gpu_memory(k)]
-    if on_gpu:
+    if gpu_driver is not None:
+        fp.components["gpu_driver"] = gpu_driver
+    elif on_gpu:
         offloaded = sum(v for k, v in fp.components.items() if k.endswith("gpu_weights"))
         fp.components["gpu_driver"] = int(GPU_DRIVER_FIXED + GPU_DRIVER_PER_WEIGHT_BYTE * offloaded)
-        if not gpu_shares_ram:
-            fp.device = {k: fp.components.pop(k) for k in on_gpu}
+    if on_gpu and not gpu_shares_ram:
+        fp.device = {k: fp.components.pop(k) for k in on_gpu}
     return fp
 
 

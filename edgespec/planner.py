@@ -45,6 +45,7 @@ class GpuMemory:
     free: int
     shares_ram: bool
     name: str = "GPU"
+    driver: int | None = None  # the driver's own memory, measured (driver_memory.py); None: estimated
 
     @property
     def allowance(self) -> int:
@@ -82,10 +83,9 @@ class Plan:
     def predict(self, prefill: int | None = None, baseline: int | None = None) -> Footprint:
         """The footprint of this plan for a workload whose prompts reach `prefill` tokens."""
         assert self.target is not None
-        return predict(self.target, self.config(prefill), self.drafter,
-                       self.drafter_model if uses_model(self.drafter) else None,
-                       baseline=self.footprint.baseline if baseline is None else baseline,
-                       gpu_shares_ram=self.gpu is None or self.gpu.shares_ram)
+        return _predict(self.target, self.config(prefill), self.drafter,
+                        self.drafter_model if uses_model(self.drafter) else None,
+                        self.footprint.baseline if baseline is None else baseline, None, self.gpu)
 
     @property
     def flash_attn(self) -> bool:
@@ -177,14 +177,13 @@ def plan(
     if uses_model(drafter) and drafter_model is None:
         raise ValueError(f"drafter {drafter!r} needs its model's facts")
     want_ctx = min(n_ctx, target.n_ctx_train) if target.n_ctx_train else n_ctx
-    minimum = math.ceil(_minimum(target, baseline, "none", repack) / HEADROOM)
-    minimum_spec = math.ceil(_minimum(target, baseline, "lookup", repack) / HEADROOM)
+    minimum = math.ceil(_minimum(target, baseline, "none", repack, gpu) / HEADROOM)
+    minimum_spec = math.ceil(_minimum(target, baseline, "lookup", repack, gpu) / HEADROOM)
     if budget is None:
         ngl = gpu_layers(target, gpu.free, want_ctx) if gpu is not None else 0
         cfg = ModelConfig(n_ctx=want_ctx, max_outputs=max_draft + 1 if drafter != "none" else 1, prefill=want_ctx,
                           gpu_layers=ngl)
-        fp = predict(target, cfg, drafter, drafter_model if uses_model(drafter) else None, baseline=baseline,
-                     repack=repack, gpu_shares_ram=gpu is None or gpu.shares_ram)
+        fp = _predict(target, cfg, drafter, drafter_model if uses_model(drafter) else None, baseline, repack, gpu)
         return Plan(None, want_ctx, "f16", cfg.n_batch, "mmap", drafter, max_draft if drafter != "none" else 0, fp,
                     predicted_speedup(drafter, max_draft, target, drafter_model, batch_costs),
                     minimum, minimum_spec, [], target, drafter_model, ngl, 0, gpu)
@@ -193,7 +192,7 @@ def plan(
     if minimum > budget:
         raise BudgetError(
             f"a memory budget of {fmt_bytes(budget)} is too small for {_name(target)}: plain decoding needs at "
-            f"least {fmt_bytes(minimum)} (a {MIN_CTX}-token context, q4_0 KV cache, this process's "
+            f"least {fmt_bytes(minimum)} (a {MIN_CTX}-token context, {_kv_types(gpu)[-1]} KV cache, this process's "
             f"{fmt_bytes(baseline)} included)")
     ctxs = []
     c = want_ctx
@@ -205,7 +204,7 @@ def plan(
     best: tuple | None = None
     candidates = drafter_candidates(drafter)
     for ctx in ctxs:
-        for q, kv in enumerate(KV_QUALITY):
+        for q, kv in enumerate(_kv_types(gpu)):
             for rank, d in enumerate(candidates):
                 dm = drafter_model if uses_model(d) else None
                 for ngl in _offload_candidates(target, gpu, ctx, kv):
@@ -223,8 +222,7 @@ def plan(
     _, ctx, kv, d, nb, k, ngl = best
     speed = predicted_speedup(d, k, target, drafter_model if uses_model(d) else None, batch_costs)
     cfg = _config(ctx, kv, nb, d, k, ngl)
-    fp = predict(target, cfg, d, drafter_model if uses_model(d) else None, baseline=baseline, repack=repack,
-                 gpu_shares_ram=gpu is None or gpu.shares_ram)
+    fp = _predict(target, cfg, d, drafter_model if uses_model(d) else None, baseline, repack, gpu)
     notes = []
     if ctx < want_ctx:
         notes.append(f"context {ctx} instead of {want_ctx}: a larger one does not fit")
@@ -266,19 +264,29 @@ def _largest_draft(target: ModelFacts, limit: int, baseline: int, d: str, dm: Mo
                    kv: str, nb: int, max_draft: int, repack: bool | None, ngl: int = 0,
                    gpu: GpuMemory | None = None) -> int | None:
     """The largest draft length (0 for plain decoding) that fits `limit`, or None."""
-    shares = gpu is None or gpu.shares_ram
     for k in ([0] if d == "none" else range(max_draft, 0, -1)):  # two logits rows per draft token: a short scan
-        fp = predict(target, _config(ctx, kv, nb, d, k, ngl), d, dm, baseline=baseline, repack=repack,
-                     gpu_shares_ram=shares)
+        fp = _predict(target, _config(ctx, kv, nb, d, k, ngl), d, dm, baseline, repack, gpu)
         if _fits(fp, limit, gpu):
             return k
     return None
 
 
-def _minimum(target: ModelFacts, baseline: int, d: str, repack: bool | None) -> int:
+def _minimum(target: ModelFacts, baseline: int, d: str, repack: bool | None, gpu: GpuMemory | None = None) -> int:
     """The smallest footprint of drafter `d` (none: plain decoding) before headroom."""
-    cfg = _config(MIN_CTX, KV_QUALITY[-1], BATCHES[-1], d, 1)
-    return predict(target, cfg, d, None, baseline=baseline, repack=repack).total
+    cfg = _config(MIN_CTX, _kv_types(gpu)[-1], BATCHES[-1], d, 1)
+    return _predict(target, cfg, d, None, baseline, repack, gpu).total
+
+
+def _kv_types(gpu: GpuMemory | None) -> tuple[str, ...]:
+    """KV cache types a plan may choose: on a GPU, f16 only, since a quantized cache turns on
+    flash attention, whose pipelines the driver's measured memory does not include."""
+    return ("f16",) if gpu is not None else KV_QUALITY
+
+
+def _predict(target: ModelFacts, cfg: ModelConfig, d: str, dm: ModelFacts | None, baseline: int,
+             repack: bool | None, gpu: GpuMemory | None) -> Footprint:
+    return predict(target, cfg, d, dm, baseline=baseline, repack=repack, gpu_shares_ram=gpu is None or gpu.shares_ram,
+                   gpu_driver=gpu.driver if gpu is not None else None)
 
 
 def _name(m: ModelFacts) -> str:
@@ -293,7 +301,8 @@ def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: i
     """The plan for a model file and drafter name, this process's memory now as the
     baseline. None without a budget for models the memory model does not cover
     (ONNX exports); with a budget they are refused. With `device` gpu or auto, the
-    GPU llama.cpp would use is planned for (see `plan`)."""
+    GPU llama.cpp would use is planned for (see `plan`); a budget then first measures the
+    driver's memory for these models, once per machine (driver_memory.py)."""
     from .drafters import HYBRID, check_drafter
     from .footprint import parse_bytes, process_rss
     from .runtimes import model_file
@@ -312,8 +321,23 @@ def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: i
             return None
         raise BudgetError(f"memory budgets are planned for GGUF models (llama.cpp); {onnx[0]} is not one")
     facts = [ModelFacts.from_gguf(p) for p in paths]
+    baseline = process_rss()["rss"]
+    gpu = gpu_memory(device)
+    if gpu is not None:  # a budget needs the driver's memory measured; a prediction uses it when known
+        from dataclasses import replace
+
+        from .driver_memory import measured
+
+        if budget is not None:  # refuse what cannot fit even without the driver before measuring it
+            try:
+                plan(facts[0], budget, drafter, facts[1] if len(facts) > 1 else None, n_ctx=n_ctx,
+                     max_draft=max_draft, baseline=baseline, gpu=replace(gpu, driver=0))
+            except BudgetError as e:
+                raise BudgetError(f"{e}, before the GPU driver's own memory") from None
+        widths = max_draft + 1 if drafter != "none" else 1  # the verification widths the plan may run
+        gpu = replace(gpu, driver=measured(paths, device, gpu.name, BATCHES[0], widths, run=budget is not None))
     return plan(facts[0], budget, drafter, facts[1] if len(facts) > 1 else None, n_ctx=n_ctx, max_draft=max_draft,
-                baseline=process_rss()["rss"], gpu=gpu_memory(device))
+                baseline=baseline, gpu=gpu)
 
 
 def gpu_memory(device: str) -> GpuMemory | None:
@@ -344,18 +368,17 @@ GPU_RESERVE_BYTES = 256 << 20
 
 
 def gpu_layers(facts: ModelFacts, device_free: int, n_ctx: int, kv_type: str = "f16") -> int:
-    """How many of llama.cpp's n_layer + 1 offloadable layers (the blocks, then the output
-    layer) fit in a GPU's free memory: each takes its share of the weights and, for the
-    blocks, its part of the KV cache. On a GPU that shares the system's RAM (an integrated
-    or software GPU) `device_free` is what the device reports as its share of that RAM."""
+    """The largest n_gpu_layers whose weights and KV cache fit a GPU's free memory. llama.cpp
+    offloads the output layer first (the LM head; a tied one as a second copy of the
+    embedding), then blocks from the last one down; the input embedding stays on the host.
+    On a GPU that shares the system's RAM (an integrated or software GPU) `device_free` is
+    what the device reports as its share of that RAM."""
     from .footprint import KV_TYPES
 
-    per_block_weights = facts.tensor_bytes / (facts.n_layer + 1)  # the output layer counted as one more
-    kv_per_block = 2 * n_ctx * facts.n_head_kv * (facts.head_k + facts.head_v) / 2 * KV_TYPES[kv_type]
+    head = facts.output_bytes or facts.embd_bytes
+    per_block = (facts.tensor_bytes - facts.embd_bytes - facts.output_bytes) / facts.n_layer
+    kv_per_block = n_ctx * facts.n_head_kv * (facts.head_k + facts.head_v) * KV_TYPES[kv_type]
     allowance = device_free * (1 - GPU_RESERVE_SHARE) - GPU_RESERVE_BYTES
-    if allowance <= 0:
+    if allowance < head or allowance <= 0:
         return 0
-    blocks = int(allowance // (per_block_weights + kv_per_block))
-    if blocks >= facts.n_layer and allowance - facts.n_layer * (per_block_weights + kv_per_block) >= per_block_weights:
-        return facts.n_layer + 1
-    return min(blocks, facts.n_layer)
+    return 1 + min(facts.n_layer, int((allowance - head) // (per_block + kv_per_block)))

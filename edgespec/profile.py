@@ -92,8 +92,8 @@ def run_profile(model: str, drafter: str, budget: str | int | None, n_ctx: int, 
                                     f"planned context of {llm.backend.n_ctx}")
             plain = Engine(llm.backend, None)
             spec = llm.engine if llm.drafter is not None else None
-            if spec is not None:
-                spec.calibrate()
+            if spec is not None:  # every verification width once: a GPU driver's pipelines are what the plan counts
+                spec.calibrate(warm=True)
             for eng in (plain, spec):  # as in the bench: first calls pay for cold caches and allocations
                 if eng is not None:
                     eng.reset()

@@ -121,3 +121,21 @@ def test_doctor_lists_backends_devices_providers_and_where_each_device_request_r
         assert gpu["llama_cpp"].startswith("Vulkan0")  # lavapipe, in CI
     else:
         assert gpu["llama_cpp"] == "CPU" and gpu["llama_cpp_notice"].startswith("no GPU:")
+
+
+def test_a_drafter_model_that_misses_its_device_gets_its_own_notice(tmp_path):
+    """The target (GGUF, llama.cpp) and its drafter (ONNX, same vocabulary) both asked onto
+    an NPU: neither has one here, and each says so in its own words, once."""
+    pytest.importorskip("optimum.exporters.onnx", reason="export extras not installed")
+    from edgespec.api import EdgeSpec
+    from edgespec.export.pipeline import ExportPlan, run_export
+    from tiny_hf import build
+
+    src = build(tmp_path / "hf")
+    run_export(ExportPlan(str(src), "gguf", tmp_path / "gguf", "f16", validate=False), quiet=True)
+    run_export(ExportPlan(str(src), "onnx", tmp_path / "onnx", "fp32", validate=False), quiet=True)
+    with EdgeSpec(str(tmp_path / "gguf"), drafter=str(tmp_path / "onnx"), n_ctx=128, device="npu") as llm:
+        target, drafter = llm.notices
+        assert target.startswith("no NPU backend in llama.cpp")
+        assert drafter.startswith("drafter: no NPU execution provider in this onnxruntime")
+        assert llm.generate("def add(a, b):", max_tokens=8).token_ids

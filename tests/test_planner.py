@@ -109,8 +109,8 @@ def test_gpu_offload_takes_every_layer_that_fits_in_the_gpus_free_memory():
     from edgespec.planner import gpu_layers
 
     assert gpu_layers(QWEN15, 4 << 30, n_ctx=4096) == QWEN15.n_layer + 1  # 1.1 GB of weights in 4 GiB: all
-    part = gpu_layers(QWEN15, 1 << 30, n_ctx=4096)  # 1 GiB: most blocks, not the output layer
-    assert 0 < part < QWEN15.n_layer
+    part = gpu_layers(QWEN15, 1 << 30, n_ctx=4096)  # 1 GiB: the output layer and most blocks, not all
+    assert 1 < part <= QWEN15.n_layer
     assert gpu_layers(QWEN15, 1 << 30, n_ctx=32768) < part  # a longer context leaves room for fewer
     assert gpu_layers(QWEN15, 200 << 20, n_ctx=4096) == 0  # less than the reserve: nothing
 
@@ -142,6 +142,29 @@ def test_offloaded_buffers_count_in_the_total_on_a_gpu_that_shares_ram():
     discrete = predict(QWEN15_GPU, cfg, baseline=BASE, gpu_shares_ram=False)
     assert discrete.device["gpu_weights"] == parts["gpu_weights"]
     assert discrete.total < shared.total - parts["gpu_weights"]  # a discrete GPU's memory is not the process's
+
+
+def test_llama_cpp_offloads_the_output_layer_first_then_the_last_blocks():
+    host = model_bytes(QWEN15_GPU, ModelConfig(n_ctx=4096, load="read"), repack=True)
+    head_only = model_bytes(QWEN15_GPU, ModelConfig(n_ctx=4096, load="read", gpu_layers=1), repack=True)
+    assert head_only["gpu_weights"] == QWEN15_GPU.output_bytes and head_only["gpu_kv_cache"] == 0
+    assert head_only["weights_resident"] == host["weights_resident"] - QWEN15_GPU.output_bytes
+    half = model_bytes(QWEN15_GPU, ModelConfig(n_ctx=4096, load="read", gpu_layers=15), repack=True)
+    assert half["gpu_kv_cache"] == host["kv_cache"] * 14 // 28 == half["kv_cache"]  # the head and 14 of 28 blocks
+
+
+def test_a_measured_gpu_driver_counts_whether_or_not_layers_are_offloaded():
+    """llama.cpp sends large batches to the GPU even with no layer offloaded, so a GPU
+    process holds the driver's memory either way; the planner plans from the measured figure."""
+    cpu_side = predict(QWEN15_GPU, ModelConfig(n_ctx=4096, load="read"), gpu_driver=150 * MB)
+    assert cpu_side.components["gpu_driver"] == 150 * MB
+    assert "gpu_driver" not in predict(QWEN15_GPU, ModelConfig(n_ctx=4096, load="read")).components
+    gpu = GpuMemory(8 << 30, shares_ram=True, driver=150 * MB)
+    p = plan(QWEN15_GPU, 2500 * MB, "lookup", n_ctx=4096, baseline=BASE, repack=True, gpu=gpu)
+    assert p.footprint.components["gpu_driver"] == 150 * MB and p.footprint.total <= 2500 * MB * HEADROOM
+    assert p.kv_type == "f16"  # a quantized cache's flash-attention pipelines are not in the measurement
+    bigger = plan(QWEN15_GPU, None, "lookup", n_ctx=4096, baseline=BASE, repack=True, gpu=replace(gpu, driver=600 * MB))
+    assert bigger.minimum - p.minimum == pytest.approx(450 * MB / HEADROOM, abs=2)  # the minimum includes it
 
 
 def test_a_gpu_plan_offloads_what_its_memory_holds_and_says_so_when_not_all():

@@ -86,3 +86,21 @@ def test_speculation_on_vulkan_is_lossless_against_plain_decoding_on_vulkan(vulk
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert "1 passed" in r.stdout
     assert len(report) == 1 and "on Vulkan0" in report[0], report
+
+
+def test_a_memory_budget_on_the_gpu_offloads_every_layer_and_the_peak_stays_under_it(vulkan, smollm2_path, tmp_path):
+    """A GPU budget is planned from the driver's memory as measured on this machine (once, in
+    a child process: shader pipelines for every verification width, compiled with Mesa's
+    shader cache off); the plan offloads every layer, and the profile's peak RSS stays under
+    the budget and the prediction. With a warm shader cache the run holds less than a cold
+    one (144 MB less for SmolLM2 on lavapipe), so the prediction may be that much high."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"category": "code", "messages": [
+        {"role": "user", "content": "Write a Python function that adds two numbers."}]}) + "\n")
+    r = edgespec("profile", str(smollm2_path), "--device", "gpu", "-d", "lookup", "--ctx", "1024", "-n", "8",
+                 "--prompts", str(prompts), "-b", "750MB", "--json", str(tmp_path / "p.json"), timeout=1500)
+    assert r.returncode == 0, r.stderr
+    out = json.loads((tmp_path / "p.json").read_text())
+    assert out["plan"]["n_gpu_layers"] == 31 and out["predicted_components"]["gpu_driver"] > 0
+    assert out["within_budget"] and out["peak_rss"] <= 750_000_000
+    assert -0.10 <= out["error"] <= 0.35, out["error"]  # (predicted - peak) / peak

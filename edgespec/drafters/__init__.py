@@ -21,7 +21,7 @@ HYBRID = "auto+"  # auto+MODEL: the model-free drafters and a model drafter, cho
 
 __all__ = ["Draft", "Drafter", "PromptLookupDrafter", "NGramCacheDrafter", "TokenRecyclingDrafter",
            "AutoDrafter", "ModelDrafter", "CrossVocabDrafter", "MODEL_FREE", "make_drafter",
-           "check_drafter"]
+           "check_drafter", "drafter_backends"]
 
 
 def make_drafter(name: str, n_vocab: int, controller: DraftController, target_tokenizer: Tokenizer | None = None,
@@ -50,6 +50,16 @@ def make_drafter(name: str, n_vocab: int, controller: DraftController, target_to
     if target_tokenizer is None:
         raise DrafterError(f"unknown drafter {name!r}; choose one of: {', '.join(MODEL_FREE)}")
     return _model_drafter(name, target_tokenizer, n_ctx, threads, backend_options)
+
+
+def drafter_backends(drafter: Drafter | None) -> list:
+    """The backends a drafter runs models on (none for the model-free ones)."""
+    if drafter is None:
+        return []
+    if isinstance(drafter, AutoDrafter):
+        return [b for m in drafter.drafters for b in drafter_backends(m)]
+    backend = getattr(drafter, "backend", None)
+    return [backend] if backend is not None else []
 
 
 def check_drafter(name: str):
