@@ -6,7 +6,8 @@ with no layer offloaded, 170-210 MB with half or all of them). Nothing in a mode
 that, so before a memory budget is planned for a GPU, a child process loads the models
 with every layer offloaded, runs one full micro-batch and every verification width the
 plan may use, and reports its peak RSS (VmHWM, which also catches compile-time
-transients), with Mesa's shader cache off so that the figure holds for a cold cache. What the memory model does not account for in that run is the driver's.
+transients), with Mesa's shader cache off so that the figure holds for a cold cache.
+What the memory model does not account for in that run is the driver's.
 The child also times the batch sizes for the engine's calibration cache, which the main
 process would otherwise measure again. Results are cached per GPU, build, models and widths.
 """
@@ -31,11 +32,12 @@ MEASURE_CTX = 1024  # enough for one full micro-batch and the widest verificatio
 VERSION = 4  # bump when what the child runs changes
 
 
-def measured(paths: Sequence[str | Path], device: str, gpu_name: str, n_batch: int, widths: int,
+def measured(facts: Sequence[ModelFacts], device: str, gpu_name: str, n_batch: int, widths: int,
              run: bool = True) -> int | None:
     """Bytes the GPU driver adds for these models (the target first, then a drafter model),
     from the cache or, with `run`, measured now in a child process (seconds on a hardware
     GPU, minutes on a software one). None when not cached and not run."""
+    paths = [f.path for f in facts]
     key = _key(paths, device, gpu_name, n_batch, widths)
     cache = Path(platformdirs.user_cache_dir("edgespec")) / "gpu-driver" / f"{_digest(key)}.json"
     try:
@@ -55,12 +57,11 @@ def measured(paths: Sequence[str | Path], device: str, gpu_name: str, n_batch: i
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["no output"])[-1]
         raise EdgespecError(f"measuring the GPU driver's memory failed ({last})")
-    run_ = json.loads(r.stdout.strip().splitlines()[-1])
-    facts = [ModelFacts.from_gguf(p) for p in paths]
-    driver = max(0, run_["peak"] - run_["base"] - accounted(facts, n_batch, widths))
+    child = json.loads(r.stdout.strip().splitlines()[-1])
+    driver = max(0, child["peak"] - child["base"] - accounted(facts, n_batch, widths))
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps({"key": key, "driver": driver, **run_}))
+        cache.write_text(json.dumps({"key": key, "driver": driver, **child}))
     except OSError:
         pass  # measured again next time
     return driver

@@ -328,14 +328,16 @@ def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: i
 
         from .driver_memory import measured
 
-        if budget is not None:  # refuse what cannot fit even without the driver before measuring it
+        widths = max_draft + 1 if drafter != "none" else 1  # the verification widths the plan may run
+        driver = measured(facts, device, gpu.name, BATCHES[0], widths, run=False)
+        if driver is None and budget is not None:  # refuse what cannot fit even without the driver before measuring it
             try:
                 plan(facts[0], budget, drafter, facts[1] if len(facts) > 1 else None, n_ctx=n_ctx,
                      max_draft=max_draft, baseline=baseline, gpu=replace(gpu, driver=0))
             except BudgetError as e:
                 raise BudgetError(f"{e}, before the GPU driver's own memory") from None
-        widths = max_draft + 1 if drafter != "none" else 1  # the verification widths the plan may run
-        gpu = replace(gpu, driver=measured(paths, device, gpu.name, BATCHES[0], widths, run=budget is not None))
+            driver = measured(facts, device, gpu.name, BATCHES[0], widths)
+        gpu = replace(gpu, driver=driver)
     return plan(facts[0], budget, drafter, facts[1] if len(facts) > 1 else None, n_ctx=n_ctx, max_draft=max_draft,
                 baseline=baseline, gpu=gpu)
 
