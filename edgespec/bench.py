@@ -149,13 +149,16 @@ def _label(drafter: str) -> str:
 def run_bench(
     model: str, prompts: list[dict], drafters: list[str], max_tokens: int, ctx: int,
     threads: int | None, max_draft: int, peer: bool, console: Console, onnx: str | None = None,
-    devices: list[str] | None = None,
+    devices: list[str] | None = None, uag: bool = False,
 ) -> list[dict]:
     """`onnx`: an ONNX export of the same model; its rows (`onnx:plain`, `onnx:<drafter>`)
     run the same prompts on ONNX Runtime, side by side with llama.cpp's. `devices`
     beyond the first (the CPU): the same model on llama.cpp's GPU, rows `gpu:plain`,
-    `gpu:<drafter>` (plain there is edgespec's engine without a drafter)."""
-    from .drafters import check_drafter
+    `gpu:<drafter>` (plain there is edgespec's engine without a drafter). `uag`:
+    transformers' plain greedy and its universal assisted generation with each model
+    drafter (hf_assisted.py), rows `hf:plain` and `hf:uag:<drafter>`."""
+    from .drafters import HYBRID, check_drafter, drafter_backends
+    from .planner import uses_model
     from .runtimes.llamacpp import default_threads
     from .store import resolve
 
@@ -163,6 +166,15 @@ def run_bench(
         if d == "none":
             raise EdgespecError("plain decoding is always in the bench; 'none' is not a drafter")
         check_drafter(d)
+    models = {_label(d.removeprefix(HYBRID)): d for d in drafters if uses_model(d)}  # their label: a drafter
+    if uag:
+        from importlib.util import find_spec
+
+        if not models:
+            raise EdgespecError("--uag runs transformers' assisted generation with a model drafter: name one in --drafters")
+        missing = [m for m in ("torch", "transformers") if find_spec(m) is None]
+        if missing:
+            raise EdgespecError(f"--uag needs the export extras ({missing[0]} is missing): pip install 'edgespec[export]'")
     threads = threads or default_threads()
     path = resolve(model)
     methods: dict[str, Callable[[list[int], int], Run]] = {}
@@ -186,6 +198,20 @@ def run_bench(
                 if o.llm.tokenizer.n_vocab != tmpl.tokenizer.n_vocab:
                     raise EdgespecError(f"{onnx} has another vocabulary than {model}: export the same model")
                 methods[f"onnx:{'plain' if d == 'none' else d}"] = o.run
+    if uag:
+        from .hf_assisted import hf_methods
+        from .runtimes import model_file
+
+        with console.status("loading the models in transformers (dequantized to float32)…"):
+            eog_ids = [t for t in range(tmpl.tokenizer.n_vocab) if tmpl.tokenizer.is_eog(t)]
+            texts = [t for p in prompts for t in ([p["prompt"]] if "prompt" in p else [m["content"] for m in p["messages"]])]
+            # each drafter model's llama.cpp tokenizer is the one its engine row already loaded
+            on_hf = [(label, model_file(check_drafter(d)), drafter_backends(es[d].llm.drafter)[0].tokenizer)
+                     for label, d in models.items()]
+            hf, notices = hf_methods(model_file(path), tmpl.tokenizer, on_hf, eog_ids, threads, texts)
+        for n in notices:
+            console.print(f"[yellow]{n}[/]", highlight=False, soft_wrap=True)
+        methods.update({name: m.run for name, m in hf.items()})
     encoded = [(p["category"], encode_prompt(p, tmpl)) for p in prompts]
     too_long = [len(ids) for _, ids in encoded if len(ids) + max_tokens > ctx]
     if too_long:
@@ -300,7 +326,8 @@ def run_bench(
                 "tokens_per_s": round(tps, 3),
                 "acceptance_rate": round(acc / drafted, 4) if drafted else None,
                 "ratio_to_plain": round(tps / base_tps, 3) if base_tps else None,
-                "overhead_ms_per_token": round(over, 4) if name not in (PLAIN, PEER) else None,
+                "overhead_ms_per_token": round(over, 4) if name not in (PLAIN, PEER) and not name.startswith("hf:")
+                else None,
                 "tokens": toks,
                 "mean_accepted": round((steps + acc) / steps, 3) if steps else None,
                 "acceptance_by_position": [round(a / t, 3) if t else None for t, a in pos][:8],
@@ -344,5 +371,10 @@ def print_rows(rows: list[dict], console: Console) -> None:
             f"{r['drafter_step_ms']:.1f}" if r.get("drafter_step_ms") is not None else "-",
             " ".join(f"{k} {v['accepted']}" for k, v in r.get("by_drafter", {}).items() if v["accepted"]) or "-",
         )
-    # piped output is 80 columns wide: the table needs more
-    Console(file=console.file, width=max(console.width, 160), force_terminal=console.is_terminal).print(t)
+    print_wide(console, t, 160)
+
+
+def print_wide(console: Console, table, width: int) -> None:
+    """Print a table at least `width` columns wide: piped output is 80 columns, too narrow
+    for the bench's and profile's tables."""
+    Console(file=console.file, width=max(console.width, width), force_terminal=console.is_terminal).print(table)

@@ -261,6 +261,10 @@ def bench(
     device_profile: Optional[str] = typer.Option(None, "--device-profile", help="Comma-separated device profiles "
                                                  "(adreno-750, mali-g720, apple-m3, laptop-igpu): tokens/s PROJECTED "
                                                  "for their GPUs from acceptance measured here."),
+    uag: bool = typer.Option(False, "--uag", help="Also run transformers on the same GGUF files (float32): plain "
+                             "greedy and universal assisted generation with each model drafter, as rows hf:*."),
+    budget: Optional[str] = typer.Option(None, "--memory-budget", "-b", help="With --device-profile: the memory the "
+                                         "app may use on the device (default: the profile's), planned for."),
 ) -> None:
     """Plain llama.cpp, its prompt lookup and edgespec's drafters, side by side in one run.
 
@@ -273,11 +277,15 @@ def bench(
     from .bench import load_prompts, print_rows, run_bench
 
     names = [d.strip() for d in drafters.split(",") if d.strip()]
+    if budget and not device_profile:
+        # every method of a measured bench runs in this one process: no budget can hold for each
+        _fail("bench takes --memory-budget with --device-profile only; to measure a budget here use "
+              "`edgespec profile MODEL --memory-budget SIZE` (or --sweep)")
     if device_profile:
         from .simulated import print_projection, run_projection
 
         rows = run_projection(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft,
-                              [p.strip() for p in device_profile.split(",") if p.strip()], err)
+                              [p.strip() for p in device_profile.split(",") if p.strip()], err, budget)
         print_projection(rows, out)
         if json_path:
             json_path.write_text(json.dumps(rows, indent=2))
@@ -299,7 +307,7 @@ def bench(
     if bad or not devices or devices[0] != "cpu" and len(devices) > 1:
         _fail(f"--device takes cpu, or cpu followed by others (cpu,gpu): got {device!r}")
     rows = run_bench(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft, peer, err,
-                     onnx=onnx, devices=devices)
+                     onnx=onnx, devices=devices, uag=uag)
     print_rows(rows, out)
     if json_path:
         json_path.write_text(json.dumps(rows, indent=2))

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from .errors import EdgespecError
 from .footprint import KV_QUALITY, Footprint, ModelConfig, ModelFacts, fmt_bytes, predict
+
+if TYPE_CHECKING:
+    from .runtimes.device_profiles import DeviceProfile
 
 MIN_CTX = 256
 BATCHES = (512, 128, 64)
@@ -296,6 +299,32 @@ def _name(m: ModelFacts) -> str:
 
 
 
+def plan_for_profile(target: ModelFacts, profile: "DeviceProfile", budget: int | None = None, drafter: str = "auto",
+                     drafter_model: ModelFacts | None = None, n_ctx: int = 4096, max_draft: int = 16,
+                     baseline: int = 0) -> Plan:
+    """The plan for a device that is not here (a DeviceProfile of runtimes/device_profiles.py):
+    layers offloaded to its GPU as its memory allows (shared RAM where the profile says so),
+    the budget by default the memory an app gets there, and the speed-up predicted from its
+    roofline's verification costs rather than this machine's. Its driver's memory cannot be
+    measured here: an assumed fixed amount counts instead (lavapipe's line would charge a
+    CPU's compiled shaders to a GPU), and the plan says so."""
+    from .footprint import GPU_DRIVER_FIXED
+    from .runtimes.device_profiles import ModelShape, RooflineCost
+
+    cost = RooflineCost(profile, ModelShape.from_facts(target))
+    n_past = min(n_ctx, target.n_ctx_train or n_ctx) // 2  # a conversation half-way through its context
+    batch_costs = [0.0] + [cost.eval_cost(n, n_past).seconds for n in range(1, max_draft + 2)]
+    gpu = GpuMemory(profile.memory_bytes, profile.shared_memory, profile.description, driver=GPU_DRIVER_FIXED)
+    try:
+        p = plan(target, profile.memory_bytes if budget is None else budget, drafter, drafter_model, n_ctx=n_ctx,
+                 max_draft=max_draft, baseline=baseline, batch_costs=batch_costs, gpu=gpu)
+    except BudgetError as e:
+        raise BudgetError(f"{profile.name}: {e}") from None
+    p.notes.insert(0, f"PROJECTED for {profile.name}: its GPU driver's memory assumed to be {fmt_bytes(GPU_DRIVER_FIXED)}, "
+                      f"not measured; this process's {fmt_bytes(baseline)} counted as if on the device")
+    return p
+
+
 def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: int = 16,
               budget: int | str | None = None, device: str = "cpu") -> Plan | None:
     """The plan for a model file and drafter name, this process's memory now as the
@@ -321,6 +350,7 @@ def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: i
             return None
         raise BudgetError(f"memory budgets are planned for GGUF models (llama.cpp); {onnx[0]} is not one")
     facts = [ModelFacts.from_gguf(p) for p in paths]
+    target, drafter_facts = facts[0], facts[1] if len(facts) > 1 else None
     baseline = process_rss()["rss"]
     gpu = gpu_memory(device)
     if gpu is not None:  # a budget needs the driver's memory measured; a prediction uses it when known
@@ -332,14 +362,13 @@ def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: i
         driver = measured(facts, device, gpu.name, BATCHES[0], widths, run=False)
         if driver is None and budget is not None:  # refuse what cannot fit even without the driver before measuring it
             try:
-                plan(facts[0], budget, drafter, facts[1] if len(facts) > 1 else None, n_ctx=n_ctx,
-                     max_draft=max_draft, baseline=baseline, gpu=replace(gpu, driver=0))
+                plan(target, budget, drafter, drafter_facts, n_ctx=n_ctx, max_draft=max_draft, baseline=baseline,
+                     gpu=replace(gpu, driver=0))
             except BudgetError as e:
                 raise BudgetError(f"{e}, before the GPU driver's own memory") from None
             driver = measured(facts, device, gpu.name, BATCHES[0], widths)
         gpu = replace(gpu, driver=driver)
-    return plan(facts[0], budget, drafter, facts[1] if len(facts) > 1 else None, n_ctx=n_ctx, max_draft=max_draft,
-                baseline=baseline, gpu=gpu)
+    return plan(target, budget, drafter, drafter_facts, n_ctx=n_ctx, max_draft=max_draft, baseline=baseline, gpu=gpu)
 
 
 def gpu_memory(device: str) -> GpuMemory | None:

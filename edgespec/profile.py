@@ -203,6 +203,8 @@ def sweep(model: str, drafter: str, budgets: list[str | None], n_ctx: int, threa
 
 def print_sweep(results: list[dict], console: Console, plain: int | None = None) -> None:
     """`plain`: plain decoding's footprint, to show budgets as multiples of it."""
+    from .bench import print_wide
+
     ref = next((r for r in results if r.get("budget_arg") is None and r.get("speedup")), None)
     t = Table("budget", "plan", "predicted", "peak RSS", "plain tok/s", "spec tok/s", "speed-up",
               "of unconstrained")
@@ -223,7 +225,7 @@ def print_sweep(results: list[dict], console: Console, plain: int | None = None)
         t.add_row(b, plan, fmt_bytes(r["predicted_total"]), fmt_bytes(r["peak_rss"]),
                   f"{r['tokens_per_s']['plain']:.2f}", f"{r['tokens_per_s']['speculative']:.2f}",
                   f"{r['speedup']:.2f}x" if r.get("speedup") else "-", keep)
-    Console(file=console.file, width=max(console.width, 150), force_terminal=console.is_terminal).print(t)
+    print_wide(console, t, 150)
 
 
 def plot(out: Path, run: dict | None, results: list[dict] | None) -> None:

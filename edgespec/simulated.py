@@ -15,13 +15,15 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .bench import encode_prompt
+from .bench import encode_prompt, print_wide
 from .errors import EdgespecError
 
 
 def simulate(path: Path, rows: list[dict], drafters: list[str], max_tokens: int, ctx: int, threads: int | None,
-             max_draft: int, cost, console: Console) -> tuple[list[str], dict[tuple[str, str], list[float]]]:
+             max_draft: int, cost, console: Console, limits: dict[str, tuple[int, int]] | None = None
+             ) -> tuple[list[str], dict[tuple[str, str], list[float]]]:
     """Run every method on every prompt, interleaved, on a clock that charges `cost`.
+    `limits` maps a drafter ("none" for plain) to the (context, max draft) its plan allows.
 
     Returns the method names ("plain" first) and, per (category, method) and for "all",
     [decoded tokens after the first, simulated decode seconds, drafted, accepted]."""
@@ -31,9 +33,10 @@ def simulate(path: Path, rows: list[dict], drafters: list[str], max_tokens: int,
 
     methods = {}
     for d in ["none", *drafters]:
-        clock = BoardClock(open_backend(path, n_ctx=ctx, threads=threads), cost)
+        n_ctx, k = (limits or {}).get(d, (ctx, max_draft))
+        clock = BoardClock(open_backend(path, n_ctx=n_ctx, threads=threads), cost)
         # the clock reports the simulated time of every batch: the controller plans from it
-        llm = EdgeSpec(clock, drafter=d, n_ctx=ctx, threads=threads, max_draft=max_draft)
+        llm = EdgeSpec(clock, drafter=d, n_ctx=n_ctx, threads=threads, max_draft=k)
         methods["plain" if d == "none" else d] = (llm, clock)
     totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0, 0])
     try:
@@ -74,12 +77,15 @@ def ordered_rows(names: list[str], totals: dict[tuple[str, str], list[float]]):
 
 
 def run_projection(model: str, rows: list[dict], drafters: list[str], max_tokens: int, ctx: int,
-                   threads: int | None, max_draft: int, profile_names: list[str], console: Console) -> list[dict]:
+                   threads: int | None, max_draft: int, profile_names: list[str], console: Console,
+                   budget: str | None = None) -> list[dict]:
     """`edgespec bench --device-profile NAME`: tokens/s projected for each profile's GPU
-    from acceptance measured here. The memory planner first checks that the model and
-    drafters fit the profile's memory (on shared memory, as system RAM)."""
-    from .footprint import ModelFacts
-    from .planner import BudgetError, make_plan
+    from acceptance measured here. Each method runs as the memory planner plans it for the
+    profile (planner.plan_for_profile: layers offloaded, context and draft length within
+    `budget`, by default the memory an app gets there); a drafter that does not fit is
+    left out."""
+    from .footprint import ModelFacts, parse_bytes, process_rss
+    from .planner import BudgetError, plan_for_profile
     from .runtimes import model_file
     from .runtimes.device_profiles import ModelShape, RooflineCost, profile
     from .store import resolve
@@ -91,50 +97,67 @@ def run_projection(model: str, rows: list[dict], drafters: list[str], max_tokens
     if priced:
         raise EdgespecError(f"device profiles price the target model's calls only; a model drafter ({priced[0]}) "
                             "would run here unpriced: project model-free drafters (lookup, ngram, recycle, auto)")
+    try:
+        limit = parse_bytes(budget) if budget else None
+    except ValueError as e:
+        raise BudgetError(str(e)) from None
     path = resolve(model)
-    shape = ModelShape.from_facts(ModelFacts.from_gguf(model_file(path)))
+    facts = ModelFacts.from_gguf(model_file(path))
+    shape = ModelShape.from_facts(facts)
+    baseline = process_rss()["rss"]  # before any profile's run loads the model
     out = []
     for p in profiles:
-        fits = []
-        for d in ["none", *drafters]:
-            try:
-                plan = make_plan(path, d, ctx, max_draft, p.memory_bytes)
-                fits.append(plan.drafter == d)  # the planner swaps a drafter that does not fit for a smaller one
-            except BudgetError as e:
-                raise BudgetError(f"{model} does not fit {p.name}'s {p.memory_bytes / 2**30:.0f} GiB: {e}") from None
-        usable = [d for d, ok in zip(drafters, fits[1:]) if ok]
+        # a BudgetError names the model, the device and the minimum
+        plans = {d: plan_for_profile(facts, p, limit, d, None, ctx, max_draft, baseline) for d in ["none", *drafters]}
+        # the planner swaps a drafter that does not fit for a smaller one
+        usable = [d for d in drafters if plans[d].drafter == d]
         skipped = [d for d in drafters if d not in usable]
         if skipped:
             console.print(f"[yellow]{p.name}:[/] {', '.join(skipped)} does not fit beside the model; left out",
                           highlight=False)
+        for d in ["none", *usable]:
+            console.print(f"[dim]{p.name} plan, {d}: {plans[d].summary()}[/]", highlight=False, soft_wrap=True)
+        partial = [d for d in ["none", *usable] if plans[d].n_gpu_layers <= facts.n_layer]
+        if partial:
+            console.print(f"[yellow]{p.name}:[/] only {plans[partial[0]].n_gpu_layers} of {facts.n_layer + 1} layers "
+                          "fit on its GPU; the projection still prices every layer there, so it is optimistic",
+                          highlight=False)
         cost = RooflineCost(p, shape)
         console.print(f"[dim]projecting {p.name}…[/]", highlight=False)
-        names, totals = simulate(path, rows, usable, max_tokens, ctx, threads, max_draft, cost, console)
+        limits = {d: (plans[d].n_ctx, plans[d].max_draft) for d in ["none", *usable]}
+        names, totals = simulate(path, rows, usable, max_tokens, ctx, threads, max_draft, cost, console, limits)
         one = cost.eval_cost(1, 256).seconds
         curve = {k: round(cost.eval_cost(k, 256).seconds / one, 3) for k in (2, 4, 8, 16)}
         for cat, name, tps, ratio, acc, drafted in ordered_rows(names, totals):
+            pl = plans["none" if name == "plain" else name]
             out.append({"device_profile": p.name, "category": cat, "method": name,
                         "projected_tokens_per_s": round(tps, 2), "projected_speedup": round(ratio, 3) if ratio else None,
                         "acceptance": round(acc, 3) if acc is not None else None, "drafted": drafted,
-                        "verify_cost_curve": curve, "bound_at_16": cost.eval_cost(16, 256).bound})
+                        "verify_cost_curve": curve, "bound_at_16": cost.eval_cost(16, 256).bound,
+                        "plan": pl.to_dict()})
     return out
 
 
 def print_projection(rows: list[dict], console: Console) -> None:
     from rich.table import Table
 
+    from .footprint import fmt_bytes
     from .runtimes.device_profiles import BANDWIDTH_EFFICIENCY, COMPUTE_EFFICIENCY, LAYER_OVERHEAD_S, PROFILES
 
     for name in dict.fromkeys(r["device_profile"] for r in rows):
         p = PROFILES[name]
         t = Table("category", "method", "PROJECTED tok/s", "PROJECTED × plain", "acceptance (measured here)",
-                  title=f"PROJECTION for {p.description} (roofline): not measured")
+                  "planned draft ≤", "PREDICTED memory", title=f"PROJECTION for {p.description} (roofline): not measured")
         mine = [r for r in rows if r["device_profile"] == name]
         for r in mine:
             t.add_row(r["category"], r["method"], f"{r['projected_tokens_per_s']:.1f}",
                       f"{r['projected_speedup']:.2f}" if r["projected_speedup"] else "-",
-                      f"{r['acceptance']:.0%}" if r["acceptance"] is not None else "-")
-        console.print(t)
+                      f"{r['acceptance']:.0%}" if r["acceptance"] is not None else "-",
+                      str(r["plan"]["max_draft"] or "-"), fmt_bytes(r["plan"]["predicted"]["total"]))
+        print_wide(console, t, 140)
+        plan = mine[0]["plan"]
+        console.print(f"  planned for {fmt_bytes(plan['budget'])} of its memory: {plan['n_gpu_layers']} layers on its GPU, "
+                      f"context {plan['n_ctx']}; {plan['notes'][0]}", highlight=False, soft_wrap=True)
         curve = ", ".join(f"{k}: {v:.2f}x" for k, v in mine[0]["verify_cost_curve"].items())
         console.print(f"  projected cost of verifying k tokens at context 256, against one: {curve} "
                       f"(16 tokens: {mine[0]['bound_at_16']}-bound)", highlight=False)

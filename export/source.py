@@ -3,6 +3,7 @@ through transformers' `gguf_file=` support."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -80,11 +81,18 @@ def load_model(source: Source):
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     kw = {"gguf_file": source.gguf_file} if source.gguf_file else {}
+    # the GGUF loader's own tqdm bar ignores transformers' progress setting: the caller shows progress
+    import transformers.modeling_gguf_pytorch_utils as gguf_loader
+
+    bar = gguf_loader.tqdm
+    gguf_loader.tqdm = functools.partial(bar, disable=True)
     try:
         tok = AutoTokenizer.from_pretrained(source.folder, **kw)
         model = AutoModelForCausalLM.from_pretrained(source.folder, torch_dtype=torch.float32, **kw)
     except (OSError, ValueError, KeyError) as e:
         raise ExportError(f"transformers could not load {source.path}: {str(e).splitlines()[0]}") from None
+    finally:
+        gguf_loader.tqdm = bar
     model.eval()
     return model, tok
 

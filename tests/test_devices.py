@@ -97,6 +97,19 @@ def test_bench_projects_phone_gpus_from_acceptance_measured_here_and_says_so(smo
     assert plain["projected_speedup"] == 1.0 and plain["projected_tokens_per_s"] > 0
     assert lookup["drafted"] > 0 and lookup["acceptance"] is not None  # acceptance measured on SmolLM2 here
     assert lookup["verify_cost_curve"]["4"] < 1.1  # bandwidth-bound: 4 tokens cost about one
+    # each method ran as the planner planned it for the phone: every layer on its GPU, within its memory
+    assert lookup["plan"]["n_gpu_layers"] == 31 and lookup["plan"]["budget"] == PROFILES["adreno-750"].memory_bytes
+    assert lookup["plan"]["predicted"]["total"] < lookup["plan"]["budget"] and "PROJECTED" in lookup["plan"]["notes"][0]
+    assert "planned for" in r.stdout and "PREDICTED memory" in r.stdout
+
+
+@pytest.mark.real_model
+def test_a_device_profile_plans_within_the_budget_given_and_refuses_one_too_small(smollm2_path):
+    from test_cli import assert_one_line_error, edgespec
+
+    assert_one_line_error(edgespec("bench", "-m", str(smollm2_path), "--device-profile", "mali-g720", "-b", "100MB"),
+                          "mali-g720: a memory budget of 100 MB is too small")
+    assert_one_line_error(edgespec("bench", "-m", str(smollm2_path), "-b", "1GB"), "--device-profile only")
 
 
 def test_an_unknown_profile_is_one_line(smollm2_path):

@@ -177,3 +177,25 @@ def test_a_gpu_plan_offloads_what_its_memory_holds_and_says_so_when_not_all():
     assert sum(p.footprint.device.values()) <= small.allowance
     assert any("layers on a 1 GiB GPU" in n for n in p.notes)
     assert p.backend_options()["n_gpu_layers"] == p.n_gpu_layers
+
+
+def test_a_device_profile_is_planned_with_its_gpu_memory_and_priced_by_its_roofline():
+    """`bench --device-profile` plans each method for the device: a phone's GPU shares its
+    RAM, so the whole model goes there within the app's share, and verifying a draft costs
+    about one token there, so speculation is predicted to pay more than on this CPU."""
+    from edgespec.planner import plan_for_profile
+    from edgespec.runtimes.device_profiles import PROFILES
+
+    phone = PROFILES["adreno-750"]
+    p = plan_for_profile(QWEN15_GPU, phone, drafter="lookup", baseline=BASE)
+    assert p.budget == phone.memory_bytes and p.footprint.total <= phone.memory_bytes * HEADROOM
+    assert p.n_gpu_layers == QWEN15_GPU.n_layer + 1 and p.footprint.components["gpu_weights"] > 0
+    assert p.notes[0].startswith("PROJECTED for adreno-750") and "not measured" in p.notes[0]
+    here = plan(QWEN15_GPU, phone.memory_bytes, "lookup", baseline=BASE)  # the CPU's default verification slope
+    assert p.speedup > here.speedup > 1
+    # a smaller share of the phone's memory: a shorter context, the model still all on the GPU
+    tight = plan_for_profile(QWEN15_GPU, phone, budget=1500 * MB, drafter="lookup", baseline=BASE)
+    assert tight.footprint.total <= 1500 * MB * HEADROOM
+    assert tight.n_ctx < p.n_ctx and tight.drafter == "lookup" and tight.n_gpu_layers == p.n_gpu_layers
+    with pytest.raises(BudgetError, match="^adreno-750: a memory budget of 900 MB is too small"):
+        plan_for_profile(QWEN15_GPU, phone, budget=900 * MB, baseline=BASE)
