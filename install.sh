@@ -70,16 +70,29 @@ fetch_vulkan_headers() {
 
 install_vulkan_toolchain() {
     as_root_with_apt || { echo "edgespec: not root on Debian: leaving the Vulkan toolchain as it is" >&2; return; }
-    # mesa-vulkan-drivers: lavapipe, a real Vulkan implementation on the CPU
-    apt_install libvulkan-dev glslc mesa-vulkan-drivers \
+    # mesa-vulkan-drivers: lavapipe, a real Vulkan implementation on the CPU; spirv-headers:
+    # ggml-vulkan's CMake asks for SPIRV-HeadersConfig.cmake
+    apt_install libvulkan-dev glslc spirv-headers mesa-vulkan-drivers \
         || { echo "edgespec: could not install the Vulkan toolchain; building for the CPU only" >&2; return; }
     [ -n "$(vulkan_include)" ] || fetch_vulkan_headers
+}
+
+# SPIRV-Headers' CMake package (Debian: spirv-headers), which ggml-vulkan's CMake requires
+spirv_headers() {
+    local d f prefixes="${CMAKE_PREFIX_PATH:-}"
+    for d in ${prefixes//:/ } /usr /usr/local; do
+        for f in "$d"/share/cmake/SPIRV-Headers "$d"/lib/cmake/SPIRV-Headers "$d"/lib/*/cmake/SPIRV-Headers; do
+            [ -e "$f/SPIRV-HeadersConfig.cmake" ] && return 0
+        done
+    done
+    return 1
 }
 
 vulkan_flags() {
     [ "${EDGESPEC_VULKAN:-auto}" != off ] || return 0
     command -v glslc >/dev/null 2>&1 || return 0
     ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so ' || return 0   # the linker's libvulkan.so (libvulkan-dev)
+    spirv_headers || return 0
     local inc
     inc="$(vulkan_include)"
     [ -n "$inc" ] || return 0
@@ -110,12 +123,25 @@ cmake_flags() {
 flags="${EDGESPEC_CMAKE_ARGS:-$(cmake_flags)$(vulkan_flags)}"
 case "$flags" in
     *GGML_VULKAN=ON*) echo "edgespec: llama.cpp with its CPU and Vulkan backends" ;;
-    *) echo "edgespec: llama.cpp for the CPU only (no Vulkan toolchain: loader, glslc, Vulkan-Headers 1.3.261+)" ;;
+    *) echo "edgespec: llama.cpp for the CPU only (no Vulkan toolchain: loader, glslc, SPIRV-Headers, Vulkan-Headers 1.3.261+)" ;;
 esac
 pyver="$("$PYTHON" -c 'import sys, platform; print(f"cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}")')"
-key="$(printf '%s|%s|%s' "$LLAMA_CPP_PYTHON_VERSION" "$flags" "$pyver" | sha256sum | cut -c1-16)"
-wheel_dir="$cache_root/llama-cpp-python-$LLAMA_CPP_PYTHON_VERSION-$key"
 
+wheel_dir_for() {   # the cache folder of a build: keyed by version, flags and interpreter
+    key="$(printf '%s|%s|%s' "$LLAMA_CPP_PYTHON_VERSION" "$1" "$pyver" | sha256sum | cut -c1-16)"
+    wheel_dir="$cache_root/llama-cpp-python-$LLAMA_CPP_PYTHON_VERSION-$key"
+}
+
+build_wheel() {
+    echo "edgespec: building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION (10-20 minutes, once per machine)"
+    echo "edgespec: CMAKE_ARGS=$flags"
+    rm -rf "$wheel_dir.tmp" && mkdir -p "$wheel_dir.tmp"
+    CMAKE_ARGS="$flags" "$PYTHON" -m pip wheel --no-deps --no-cache-dir \
+        -w "$wheel_dir.tmp" "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" || return 1
+    rm -rf "$wheel_dir" && mv "$wheel_dir.tmp" "$wheel_dir"   # only a finished build enters the cache
+}
+
+wheel_dir_for "$flags"
 installed="$("$PYTHON" -c 'import importlib.metadata as m; print(m.version("llama_cpp_python"))' 2>/dev/null || true)"
 # the stamp lives inside the installed package; find_spec locates it without importing it
 stamp_file="$("$PYTHON" -c 'import importlib.util, os; s = importlib.util.find_spec("llama_cpp"); print(os.path.join(os.path.dirname(s.origin), ".edgespec-build") if s else "")' 2>/dev/null || true)"
@@ -124,13 +150,17 @@ stamp="$(cat "$stamp_file" 2>/dev/null || true)"
 if [ "$installed" = "$LLAMA_CPP_PYTHON_VERSION" ] && [ "$stamp" = "$key" ]; then
     echo "edgespec: llama-cpp-python $installed already built for this machine ($key)"
 else
-    if ! ls "$wheel_dir"/llama_cpp_python-*.whl >/dev/null 2>&1; then
-        echo "edgespec: building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION (10-20 minutes, once per machine)"
-        echo "edgespec: CMAKE_ARGS=$flags"
-        mkdir -p "$wheel_dir.tmp"
-        CMAKE_ARGS="$flags" "$PYTHON" -m pip wheel --no-deps --no-cache-dir \
-            -w "$wheel_dir.tmp" "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
-        rm -rf "$wheel_dir" && mv "$wheel_dir.tmp" "$wheel_dir"   # only a finished build enters the cache
+    if ! ls "$wheel_dir"/llama_cpp_python-*.whl >/dev/null 2>&1 && ! build_wheel; then
+        case "$flags" in
+            *GGML_VULKAN=ON*)
+                # a GPU build that fails must not leave the user without llama.cpp: the CPU build
+                # needs only a compiler (and doctor then says Vulkan is not built in)
+                echo "edgespec: the Vulkan build failed (the error is above); building for the CPU only" >&2
+                flags="${flags% -DGGML_VULKAN=ON*}"
+                wheel_dir_for "$flags"
+                ls "$wheel_dir"/llama_cpp_python-*.whl >/dev/null 2>&1 || build_wheel ;;
+            *) exit 1 ;;
+        esac
     fi
     # --no-deps: a wheel of the same version would otherwise count as installed and be skipped
     "$PYTHON" -m pip install --force-reinstall --no-deps "$wheel_dir"/llama_cpp_python-*.whl
