@@ -63,8 +63,25 @@ def user_errors(fn: Callable) -> Callable:
         except KeyboardInterrupt:
             err.print("interrupted")
             raise typer.Exit(130)
+        except Exception as e:
+            if not _caused_by_interrupt(e):
+                raise
+            err.print("interrupted")
+            raise typer.Exit(130)
 
     return wrapper
+
+
+def _caused_by_interrupt(e: BaseException) -> bool:
+    """Whether Ctrl-C is behind `e`: a native module interrupted while it loads turns the
+    KeyboardInterrupt into its own error (pybind11: ImportError "initialization failed")."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def _load(model: str, drafter: str, ctx: int, threads: Optional[int], max_draft: int, budget: Optional[str] = None,
@@ -449,6 +466,10 @@ def export(
     try:
         manifest = run_export(plan, quiet=json_out)
     except ImportError as e:
+        if _caused_by_interrupt(e):
+            raise  # Ctrl-C while a native module loaded: user_errors says "interrupted"
+        if e.name is None:  # a module is there but failed to load: not a missing extra
+            _fail(f"export could not load a module it needs: {str(e).splitlines()[0]}")
         _fail(f"export needs the export extras ({e.name} is missing): pip install 'edgespec[export]'")
     if json_out:
         out.print_json(json.dumps(manifest))

@@ -84,3 +84,27 @@ def test_ctrl_c_during_export_leaves_no_output(tmp_path):
     interrupt_when(p, lambda: any(tmp_path.glob(".out.partial-*/fp32/model.onnx")))
     assert_interrupted(p)
     assert sorted(f.name for f in tmp_path.iterdir()) == ["ckpt"]  # neither out/ nor its scratch folder
+
+
+def test_ctrl_c_that_a_native_module_turned_into_its_own_error_still_reads_interrupted(capsys):
+    import typer
+
+    from edgespec.cli import user_errors
+
+    @user_errors
+    def load_a_native_module():
+        try:
+            raise KeyboardInterrupt  # Ctrl-C while the module initializes...
+        except KeyboardInterrupt as e:  # ...which pybind11 reports as its own error
+            raise ImportError("initialization failed") from e
+
+    with pytest.raises(typer.Exit) as stopped:
+        load_a_native_module()
+    assert stopped.value.exit_code == 130 and capsys.readouterr().err.strip() == "interrupted"
+
+    @user_errors
+    def a_real_bug():
+        raise ImportError("initialization failed")
+
+    with pytest.raises(ImportError):  # without Ctrl-C behind it, an error stays what it is
+        a_real_bug()
