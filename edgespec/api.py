@@ -23,7 +23,7 @@ from .drafters import drafter_backends, make_drafter
 from .engine import Engine
 from .errors import ContextOverflowError, EdgespecError
 from .footprint import peak_rss, process_rss
-from .planner import Plan, make_plan
+from .planner import Plan, make_plan, named_drafters
 from .stats import GenerationStats
 from .verifier import SamplingParams
 
@@ -108,6 +108,9 @@ class EdgeSpec:
         if isinstance(model, Backend):
             if memory_budget is not None:
                 raise EdgespecError("a memory budget is planned before loading: pass a model name or path, not a Backend")
+            if len(named_drafters(drafter)) > 1:
+                raise EdgespecError("a choice among drafters is planned before loading: pass a model name or path, "
+                                    "not a Backend, or name one drafter")
             self.backend = model
         else:
             from .runtimes import open_backend

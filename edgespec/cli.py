@@ -33,7 +33,9 @@ ModelOpt = typer.Option(DEFAULT_MODEL, "--model", "-m",
                         help="Model-store name, a .gguf file, or an export folder (ONNX or GGUF).")
 DrafterOpt = typer.Option("auto", "--drafter", "-d",
                           help="none, lookup, ngram, recycle, auto; a drafter model (store name, .gguf or export "
-                               "folder; another vocabulary is translated through text); auto+MODEL for the hybrid.")
+                               "folder; another vocabulary is translated through text); auto+MODEL for the hybrid; "
+                               "several, comma-separated (e.g. a drafter and its VocabTrim'd exports), for the "
+                               "planner to take the fastest that fits.")
 CtxOpt = typer.Option(4096, "--ctx", help="Context size in tokens.")
 ThreadsOpt = typer.Option(None, "--threads", "-t", help="CPU threads (default: physical cores).")
 MaxDraftOpt = typer.Option(16, "--max-draft", help="Upper bound on draft tokens per step.")
@@ -88,13 +90,15 @@ def _load(model: str, drafter: str, ctx: int, threads: Optional[int], max_draft:
           device: str = "cpu", ep_options: Optional[list[str]] = None):
     from .api import EdgeSpec
     from .drafters import check_drafter
+    from .planner import named_drafters
     from .runtimes.devices import DEVICES, parse_ep_options
     from .store import resolve
 
     if device not in DEVICES:
         _fail(f"unknown --device {device!r}: choose one of {', '.join(DEVICES)}")
     options = parse_ep_options(ep_options or [])
-    check_drafter(drafter)  # reject an unknown drafter before loading the target
+    for name in named_drafters(drafter):
+        check_drafter(name)  # reject an unknown drafter before loading the target
     path = resolve(model)  # fetches with a progress bar on first use
     first = " (a GPU budget first measures the driver's memory, once: minutes on a software GPU)" \
         if budget is not None and device != "cpu" else ""

@@ -42,7 +42,7 @@ VOCAB_ENTRY_BYTES = 165  # llama.cpp's vocabulary: measured 46.6 MiB for Qwen2.5
 REPACKED = ("Q4_0", "Q4_K", "IQ4_NL")
 RECYCLE_BYTES = 4_000_000  # TokenRecyclingDrafter's default bound
 NGRAM_BYTES_PER_TOKEN = 600  # lookup and n-gram indexes: a few dict entries per history token
-FACTS_VERSION = 2  # bump when ModelFacts gains a field: cached facts of older versions are read again
+FACTS_VERSION = 3  # bump when ModelFacts gains a field: cached facts of older versions are read again
 RUNTIME_BYTES = 12_000_000  # paged in on first use: llama.cpp's code, the modules loading imports (measured 10-13 MB)
 # What a GPU driver adds in the process as kernels first run, beyond llama.cpp's buffers:
 # compiled shader pipelines, one per weight type and batch width (ggml-vulkan's matrix-vector
@@ -75,6 +75,9 @@ class ModelFacts:
     n_ctx_train: int
     embd_bytes: int = 0  # the input embedding: llama.cpp keeps it on the host, whatever it offloads
     output_bytes: int = 0  # the LM head; 0 when tied to the embedding (a GPU then holds a second copy)
+    # a VocabTrim'd drafter: the share of the target's tokens its K rows keep, as its export
+    # counted them (manifest.json's trim.coverage); None for a full vocabulary
+    vocab_coverage: float | None = None
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike) -> "ModelFacts":
@@ -155,7 +158,20 @@ class ModelFacts:
             tensor_bytes=sum(int(t.n_bytes) for t in r.tensors), file_bytes=Path(path).stat().st_size,
             repack_bytes=repack, n_ctx_train=int(get(f"{arch}.context_length", 0) or 0),
             embd_bytes=sizes.get("token_embd.weight", 0), output_bytes=sizes.get("output.weight", 0),
+            vocab_coverage=_trim_coverage(Path(path)),
         )
+
+
+def _trim_coverage(path: Path) -> float | None:
+    """trim.coverage from the manifest an `edgespec export --trim-vocab` wrote beside the file."""
+    from .errors import ModelError
+    from .export_check import read_manifest
+
+    try:
+        trim = (read_manifest(path.parent) or {}).get("trim")
+        return float(trim["coverage"]) if isinstance(trim, dict) and trim.get("coverage") is not None else None
+    except (ModelError, TypeError, ValueError):  # an unreadable manifest is the export checks' business
+        return None
 
 
 @dataclass(frozen=True)

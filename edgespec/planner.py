@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .errors import EdgespecError
 from .footprint import KV_QUALITY, Footprint, ModelConfig, ModelFacts, fmt_bytes, predict
@@ -122,13 +122,23 @@ class Plan:
                 f"{fmt_bytes(self.footprint.total)}")
 
 
-def drafter_candidates(drafter: str) -> list[str]:
-    """What to fall back to, in order, when the requested drafter does not fit."""
-    if drafter == "none":
-        return ["none"]
-    if drafter in ("lookup", "ngram", "recycle", "auto"):
-        return [drafter, "none"]
-    return [drafter, "auto", "none"]  # a model drafter or the hybrid auto+MODEL
+def named_drafters(drafter: str) -> list[str]:
+    """The drafters a request names: one, or several ("a,b") for the planner to choose
+    among by predicted throughput, e.g. a drafter and its VocabTrim'd exports."""
+    return list(dict.fromkeys(d.strip() for d in drafter.split(",") if d.strip()))
+
+
+def drafter_candidates(drafter: str) -> list[tuple[str, int]]:
+    """The drafters a plan may choose, each with its tier: those named first (tier 0, ranked
+    among themselves by predicted throughput), then what to fall back to when none fits: the
+    model-free hybrid where a model was named (1), then plain decoding (2)."""
+    named = named_drafters(drafter)
+    out = [(d, 0) for d in named]
+    if any(uses_model(d) for d in named) and "auto" not in named:
+        out.append(("auto", 1))
+    if "none" not in named:
+        out.append(("none", 2))
+    return out
 
 
 def uses_model(drafter: str) -> bool:
@@ -139,14 +149,17 @@ def predicted_speedup(drafter: str, k: int, target: ModelFacts, drafter_model: M
                       batch_costs: Sequence[float] | None = None) -> float:
     """Expected tokens per step over the step's cost, in plain-decoding steps.
 
-    Acceptance is a prior (PRIOR_ACCEPT); a drafted token of a model costs its
-    weights' share of the target's (decoding is memory-bound); batch_costs[n] is
-    the cost of verifying n tokens relative to one (measured by calibration)."""
+    Acceptance is a prior (PRIOR_ACCEPT), scaled by a VocabTrim'd drafter's coverage;
+    a drafted token of a model costs the bytes it reads per token as a share of the
+    target's (decoding is memory-bound); batch_costs[n] is the cost of verifying n
+    tokens relative to one (measured by calibration)."""
     if drafter == "none" or k <= 0:
         return 1.0
     model = uses_model(drafter) and drafter_model is not None
     a = PRIOR_ACCEPT["model" if model else "free"]
-    c = drafter_model.tensor_bytes / max(1, target.tensor_bytes) if model else 0.0
+    if model and drafter_model.vocab_coverage is not None:
+        a *= drafter_model.vocab_coverage  # a trimmed LM head cannot propose the tokens it dropped (VocabTrim)
+    c = _read_per_token(drafter_model) / max(1, _read_per_token(target)) if model else 0.0
     best = 1.0
     for j in range(1, k + 1):
         tokens = (1 - a ** (j + 1)) / (1 - a)
@@ -158,11 +171,17 @@ def predicted_speedup(drafter: str, k: int, target: ModelFacts, drafter_model: M
     return best
 
 
+def _read_per_token(facts: ModelFacts) -> int:
+    """Weight bytes one decoded token reads: all of them, except an untied input embedding,
+    of which it reads one row."""
+    return facts.tensor_bytes - (facts.embd_bytes if facts.output_bytes else 0)
+
+
 def plan(
     target: ModelFacts,
     budget: int | None,
     drafter: str = "auto",
-    drafter_model: ModelFacts | None = None,
+    drafter_model: ModelFacts | Mapping[str, ModelFacts] | None = None,
     n_ctx: int = 4096,
     max_draft: int = 16,
     baseline: int = 0,
@@ -174,22 +193,34 @@ def plan(
     With `gpu`, it also chooses how many layers to offload (as many as fit, before a
     longer draft); a GPU sharing the system's RAM counts in the budget.
 
+    `drafter` may name several drafters ("a,b"): the plan takes the one with the highest
+    predicted throughput among those that fit (a VocabTrim'd drafter is cheaper and smaller,
+    and accepted less often: its K is chosen so). `drafter_model` holds the facts of the model
+    drafter, or, with several, a mapping from each model drafter's name to its facts.
+
     `baseline` is the process's own memory before any model is loaded, measured
     by the caller: a budget covers the whole process. Raises BudgetError, naming
     the minimum, when not even plain decoding fits."""
-    if uses_model(drafter) and drafter_model is None:
-        raise ValueError(f"drafter {drafter!r} needs its model's facts")
+    named = named_drafters(drafter)
+    if not named:
+        raise ValueError("no drafter named")
+    models = _drafter_models(named, drafter_model)
+
+    def speedup(d: str, k: int) -> float:
+        return predicted_speedup(d, k, target, models.get(d), batch_costs)
+
     want_ctx = min(n_ctx, target.n_ctx_train) if target.n_ctx_train else n_ctx
     minimum = math.ceil(_minimum(target, baseline, "none", repack, gpu) / HEADROOM)
     minimum_spec = math.ceil(_minimum(target, baseline, "lookup", repack, gpu) / HEADROOM)
     if budget is None:
+        d = max(named, key=lambda d: speedup(d, max_draft))  # the first named on a tie
         ngl = gpu_layers(target, gpu.free, want_ctx) if gpu is not None else 0
-        cfg = ModelConfig(n_ctx=want_ctx, max_outputs=max_draft + 1 if drafter != "none" else 1, prefill=want_ctx,
+        cfg = ModelConfig(n_ctx=want_ctx, max_outputs=max_draft + 1 if d != "none" else 1, prefill=want_ctx,
                           gpu_layers=ngl)
-        fp = _predict(target, cfg, drafter, drafter_model if uses_model(drafter) else None, baseline, repack, gpu)
-        return Plan(None, want_ctx, "f16", cfg.n_batch, "mmap", drafter, max_draft if drafter != "none" else 0, fp,
-                    predicted_speedup(drafter, max_draft, target, drafter_model, batch_costs),
-                    minimum, minimum_spec, [], target, drafter_model, ngl, 0, gpu)
+        fp = _predict(target, cfg, d, models.get(d), baseline, repack, gpu)
+        notes = [_choice_note(d, {x: f"{speedup(x, max_draft):.2f}x" for x in named})] if len(named) > 1 else []
+        return Plan(None, want_ctx, "f16", cfg.n_batch, "mmap", d, max_draft if d != "none" else 0, fp,
+                    speedup(d, max_draft), minimum, minimum_spec, notes, target, models.get(d), ngl, 0, gpu)
 
     limit = math.floor(budget * HEADROOM)
     if minimum > budget:
@@ -204,41 +235,73 @@ def plan(
         c //= 2
     if not ctxs or ctxs[-1] > MIN_CTX:
         ctxs.append(min(MIN_CTX, want_ctx))
-    best: tuple | None = None
-    candidates = drafter_candidates(drafter)
+    best: dict[str, tuple] = {}  # per drafter: its best (key, configuration)
     for ctx in ctxs:
         for q, kv in enumerate(_kv_types(gpu)):
-            for rank, d in enumerate(candidates):
-                dm = drafter_model if uses_model(d) else None
+            for d, tier in drafter_candidates(drafter):
+                dm = models.get(d)
                 for ngl in _offload_candidates(target, gpu, ctx, kv):
                     for nb in BATCHES:
                         k = _largest_draft(target, limit, baseline, d, dm, ctx, kv, nb, max_draft, repack, ngl, gpu)
                         if k is None:
                             continue
                         # the model's own output first (a quantized KV cache changes it), then the
-                        # context, then the drafter asked for, then the GPU's share, then draft length
-                        # and prefill batch
-                        key = (-q, ctx, -rank, ngl, k, nb)
-                        if best is None or key > best[0]:
-                            best = (key, ctx, kv, d, nb, k, ngl)
-    assert best is not None  # the minimum fits, so the smallest context does
-    _, ctx, kv, d, nb, k, ngl = best
-    speed = predicted_speedup(d, k, target, drafter_model if uses_model(d) else None, batch_costs)
+                        # context, then a drafter named over a fallback, then the GPU's share, then
+                        # predicted throughput (which drafter named, how long a draft), then prefill batch
+                        key = (-q, ctx, -tier, ngl, speedup(d, k), k, nb)
+                        if d not in best or key > best[d][0]:
+                            best[d] = (key, ctx, kv, nb, k, ngl)
+    assert best, "the minimum fits, so the smallest context does"
+    d = max(best, key=lambda x: best[x][0])
+    _, ctx, kv, nb, k, ngl = best[d]
+    dm = models.get(d)
     cfg = _config(ctx, kv, nb, d, k, ngl)
-    fp = _predict(target, cfg, d, drafter_model if uses_model(d) else None, baseline, repack, gpu)
+    fp = _predict(target, cfg, d, dm, baseline, repack, gpu)
     notes = []
     if ctx < want_ctx:
         notes.append(f"context {ctx} instead of {want_ctx}: a larger one does not fit")
     if kv != "f16":
         notes.append(f"KV cache quantized to {kv} (flash attention on) to fit")
-    if d != drafter:
-        notes.append(f"drafter {d} instead of {drafter}: {drafter} does not fit")
-    elif d != "none" and k < max_draft:
-        notes.append(f"at most {k} draft tokens instead of {max_draft}: their logits would not fit")
+    if d not in named:
+        notes.append(f"drafter {d} instead of {drafter}: {'none of them fits' if len(named) > 1 else f'{drafter} does not fit'}")
+    else:
+        if len(named) > 1:
+            notes.append(_choice_note(d, {x: _described(best[x], ctx, kv) if x in best else None for x in named}))
+        if d != "none" and k < max_draft:
+            notes.append(f"at most {k} draft tokens instead of {max_draft}: their logits would not fit")
     if gpu is not None and ngl <= target.n_layer:
         notes.append(f"{ngl} of {target.n_layer + 1} layers on {gpu.name}: more do not fit")
-    return Plan(budget, ctx, kv, nb, "read", d, k, fp, speed, minimum, minimum_spec, notes, target, drafter_model,
+    return Plan(budget, ctx, kv, nb, "read", d, k, fp, speedup(d, k), minimum, minimum_spec, notes, target, dm,
                 ngl if gpu is not None else 0, cfg.n_outputs_max, gpu)
+
+
+def _drafter_models(named: Sequence[str], drafter_model) -> dict[str, ModelFacts]:
+    """Each named model drafter's facts, from one ModelFacts (one model drafter) or a mapping."""
+    wanted = [d for d in named if uses_model(d)]
+    if isinstance(drafter_model, Mapping):
+        models = {d: drafter_model[d] for d in wanted if d in drafter_model}
+    elif drafter_model is not None and len(wanted) == 1:
+        models = {wanted[0]: drafter_model}
+    else:
+        models = {}
+    missing = [d for d in wanted if d not in models]
+    if missing:
+        raise ValueError(f"drafter {missing[0]!r} needs its model's facts")
+    return models
+
+
+def _described(found: tuple, ctx: int, kv: str) -> str:
+    """A drafter's best configuration as a choice note shows it: its predicted speed-up, and
+    what it would give up (context, KV cache type) where it fits only so."""
+    key, c, q, _, _, _ = found
+    return f"{key[4]:.2f}x" + (f" at context {c}" if c != ctx else "") + (f" with a {q} KV cache" if q != kv else "")
+
+
+def _choice_note(chosen: str, each: Mapping[str, str | None]) -> str:
+    """Why a drafter was taken among several: the model's own output and context come first
+    (see `plan`), then each one's predicted speed-up where it fits."""
+    listed = ", ".join(f"{d} {s}" if s is not None else f"{d} does not fit" for d, s in each.items())
+    return f"drafter {chosen} chosen among {listed}"
 
 
 def _config(ctx: int, kv: str, nb: int, d: str, k: int, ngl: int = 0) -> ModelConfig:
@@ -341,18 +404,24 @@ def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: i
             budget = parse_bytes(budget)
         except ValueError as e:
             raise BudgetError(str(e)) from None
-    paths = [model_file(model_path)]
-    if uses_model(drafter):
-        paths.append(model_file(check_drafter(drafter[len(HYBRID):] if drafter.startswith(HYBRID) else drafter)))
-    onnx = [p for p in paths if p.suffix.lower() != ".gguf"]
+    named = named_drafters(drafter)
+    for d in named:
+        check_drafter(d)  # an unknown name is refused before any file is read
+    files = {d: model_file(check_drafter(d.removeprefix(HYBRID))) for d in named if uses_model(d)}
+    onnx = [p for p in [model_file(model_path), *files.values()] if p.suffix.lower() != ".gguf"]
     if onnx:
-        if budget is None:
+        if budget is None and len(named) == 1:
             return None
-        raise BudgetError(f"memory budgets are planned for GGUF models (llama.cpp); {onnx[0]} is not one")
-    facts = [ModelFacts.from_gguf(p) for p in paths]
-    target, drafter_facts = facts[0], facts[1] if len(facts) > 1 else None
+        raise BudgetError(f"memory budgets and a choice among drafters are planned for GGUF models (llama.cpp); "
+                          f"{onnx[0]} is not one")
+    target = ModelFacts.from_gguf(model_file(model_path))
+    drafter_facts = {d: ModelFacts.from_gguf(p) for d, p in files.items()}
+    facts = [target, *drafter_facts.values()]
     baseline = process_rss()["rss"]
     gpu = gpu_memory(device)
+    if gpu is not None and len(drafter_facts) > 1:
+        raise BudgetError("a GPU plan takes one model drafter (its driver's memory is measured for that pair): "
+                          f"name one of {', '.join(drafter_facts)}")
     if gpu is not None:  # a budget needs the driver's memory measured; a prediction uses it when known
         from dataclasses import replace
 

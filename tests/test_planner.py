@@ -1,5 +1,6 @@
 """The memory model and the planner, on model facts alone (nothing is loaded)."""
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -77,6 +78,59 @@ def test_a_drafter_model_that_does_not_fit_falls_back_to_model_free_drafting():
                  baseline=BASE, repack=True)
     assert (tight.drafter, tight.n_ctx, tight.kv_type) == ("auto", 4096, "f16")
     assert "drafter auto instead of smollm2" in " ".join(tight.notes)
+
+
+# Qwen2.5-Coder-0.5B Q4_K_M drafting for the 1.5B, and a VocabTrim'd export of it at K = 16,384
+# (its embedding and tied LM head cut to the kept rows; coverage as the export's manifest records it)
+QWEN05 = replace(QWEN15, path="qwen05.gguf", n_layer=24, n_head=14, n_embd=896, n_ff=4864, head_k=64, head_v=64,
+                 tensor_bytes=397_000_000, file_bytes=398_000_000, repack_bytes=200_000_000)
+QWEN05_TRIM = replace(QWEN05, path="qwen05-trim16k/model.gguf", n_vocab=16384, n_tokens=16384,
+                      tensor_bytes=280_000_000, file_bytes=281_000_000, vocab_coverage=0.97)
+DRAFTERS = {"qwen05": QWEN05, "qwen05-trim16k": QWEN05_TRIM}
+
+
+def test_among_several_drafters_the_plan_takes_the_fastest_predicted_and_says_why():
+    from edgespec.planner import predicted_speedup
+
+    speed = {d: predicted_speedup(d, 16, QWEN15, f) for d, f in DRAFTERS.items()}
+    assert speed["qwen05-trim16k"] > speed["qwen05"]  # 30% fewer bytes per draft token for 3% of acceptance
+    for budget in (None, 2500 * MB):
+        p = plan(QWEN15, budget, "qwen05,qwen05-trim16k", DRAFTERS, baseline=BASE, repack=True)
+        assert p.drafter == "qwen05-trim16k" and p.drafter_model is QWEN05_TRIM
+        assert p.speedup == pytest.approx(speed["qwen05-trim16k"])
+        assert (f"drafter qwen05-trim16k chosen among qwen05 {speed['qwen05']:.2f}x, "
+                f"qwen05-trim16k {speed['qwen05-trim16k']:.2f}x") in " ".join(p.notes)
+    # a trim that keeps too few of the target's tokens loses to the full vocabulary
+    poor = {**DRAFTERS, "qwen05-trim16k": replace(QWEN05_TRIM, vocab_coverage=0.6)}
+    assert plan(QWEN15, 2500 * MB, "qwen05,qwen05-trim16k", poor, baseline=BASE, repack=True).drafter == "qwen05"
+
+
+def test_a_smaller_drafter_keeps_the_context_a_larger_one_would_give_up():
+    budget = 3000 * MB
+    while plan(QWEN15, budget, "qwen05", QWEN05, baseline=BASE, repack=True).drafter == "qwen05":
+        budget -= 10 * MB  # down to where the full drafter no longer fits at the full context: it falls back
+    # listed with a poor trim, the trim keeps the full context the full drafter would give up
+    poor = {**DRAFTERS, "qwen05-trim16k": replace(QWEN05_TRIM, vocab_coverage=0.6)}
+    p = plan(QWEN15, budget, "qwen05,qwen05-trim16k", poor, baseline=BASE, repack=True)
+    assert (p.drafter, p.n_ctx) == ("qwen05-trim16k", 4096) and p.footprint.total <= budget
+    assert re.search(r"among qwen05 \d\.\d\dx at context (2048|1024|512), qwen05-trim16k \d\.\d\dx$", p.notes[-1])
+
+
+def test_one_drafter_named_plans_as_before():
+    for budget in (None, 2500 * MB, 1800 * MB):
+        one = plan(QWEN15, budget, "qwen05", QWEN05, baseline=BASE, repack=True)
+        mapped = plan(QWEN15, budget, "qwen05", {"qwen05": QWEN05}, baseline=BASE, repack=True)
+        assert one == mapped and not any("chosen" in n for n in one.notes)
+
+
+def test_a_drafter_list_names_each_once_and_falls_back_after_all_of_them():
+    from edgespec.planner import drafter_candidates
+
+    assert drafter_candidates("qwen05, qwen05-trim16k,qwen05") == [("qwen05", 0), ("qwen05-trim16k", 0),
+                                                                     ("auto", 1), ("none", 2)]
+    assert drafter_candidates("lookup,ngram") == [("lookup", 0), ("ngram", 0), ("none", 2)]
+    with pytest.raises(ValueError, match="needs its model's facts"):
+        plan(QWEN15, None, "qwen05,qwen05-trim16k", QWEN05, baseline=BASE, repack=True)
 
 
 def test_plain_plus_ten_percent_keeps_speculation_and_full_draft_length():
