@@ -1,24 +1,74 @@
-"""Measured batch costs, kept on disk per model, build, threads and machine.
+"""Measured costs, kept on disk per model, build, threads and machine.
 
 Timing every batch size from 1 to 17 takes a few seconds on a 1.5B model; the
 curve is a property of the machine and build, not of the conversation, so it is
-measured once and refined online by the controller after that.
+measured once and refined online by the controller after that. A model drafter's
+step (one drafted token, as generation measured it) is kept the same way, so the
+memory planner can weigh drafters by what they cost here before loading any.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import platform
 from pathlib import Path
+from typing import Iterable
 
 import platformdirs
 
 from .controller import CostModel
 
 
+DRAFTER_STEP = "drafter-step|"  # prefixes a drafter backend's cost key for its step cost
+MIN_STEPS = 16  # drafted tokens before a drafter's mean cost is worth keeping
+
+
+def _dir() -> Path:
+    return Path(platformdirs.user_cache_dir("edgespec")) / "calibration"
+
+
 def _path(key: str) -> Path:
-    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
-    return Path(platformdirs.user_cache_dir("edgespec")) / "calibration" / f"{digest}.json"
+    return _dir() / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+def model_prefix(path: str | os.PathLike) -> str:
+    """How a backend's cost key starts for this model file (see LlamaCppBackend.cost_key)."""
+    p = Path(path).resolve()
+    st = p.stat()
+    return f"{p}|{st.st_size}|{st.st_mtime_ns}|"
+
+
+def latest(prefix: str, device: str = "CPU") -> dict[int, float] | None:
+    """Seconds per batch size of the most recent measurement on this machine whose key starts
+    with `prefix` (whatever threads, micro-batch or KV cache type it ran with), on `device`."""
+    found: tuple[float, dict] | None = None
+    for p in _dir().glob("*.json") if _dir().is_dir() else []:
+        try:
+            data = json.loads(p.read_text())
+            parts = str(data["key"]).split("|")
+            if data["key"].startswith(prefix) and platform.node() in parts and device in parts:
+                if found is None or p.stat().st_mtime > found[0]:
+                    found = (p.stat().st_mtime, data["seconds"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return {int(n): float(s) for n, s in found[1].items()} if found else None
+
+
+def save_drafter_steps(drafters: Iterable) -> None:
+    """Keep what one drafted token costs each model drafter (see ModelDrafter.token_cost)
+    under its backend's cost key."""
+    for d in drafters:
+        n, seconds = d.token_cost
+        if n < MIN_STEPS:
+            continue
+        try:
+            key = d.backend.cost_key()
+        except OSError:  # the model file went away: nothing to key the measurement by
+            continue
+        if key is not None:
+            _write(DRAFTER_STEP + key, {1: seconds / n})
 
 
 def load(key: str | None, cost: CostModel) -> bool:
@@ -37,13 +87,16 @@ def load(key: str | None, cost: CostModel) -> bool:
 
 
 def save(key: str | None, cost: CostModel) -> None:
-    if key is None:
-        return
+    if key is not None:
+        _write(key, cost.measured)
+
+
+def _write(key: str, seconds: dict[int, float]) -> None:
     p = _path(key)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"key": key, "seconds": {str(n): s for n, s in cost.measured.items()}}))
+        tmp.write_text(json.dumps({"key": key, "seconds": {str(n): s for n, s in seconds.items()}}))
         tmp.replace(p)
     except OSError:
         pass  # measured again next time

@@ -17,6 +17,7 @@ import numpy as np
 from . import calibration
 from .backend import Backend
 from .controller import DraftController
+from .drafters import model_drafters
 from .drafters.base import EMPTY, Drafter
 from .errors import ContextOverflowError, EdgespecError
 from .sequence import common_prefix
@@ -215,3 +216,4 @@ class Engine:
                 pending = [*draft.tokens[:n], verdict.next_token]
         finally:
             st.total_s = time.perf_counter() - t_start
+            calibration.save_drafter_steps(model_drafters(drafter))  # what the planner weighs drafters by

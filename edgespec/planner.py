@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .errors import EdgespecError
@@ -146,20 +147,26 @@ def uses_model(drafter: str) -> bool:
 
 
 def predicted_speedup(drafter: str, k: int, target: ModelFacts, drafter_model: ModelFacts | None,
-                      batch_costs: Sequence[float] | None = None) -> float:
+                      batch_costs: Sequence[float] | None = None, draft_cost: float | None = None) -> float:
     """Expected tokens per step over the step's cost, in plain-decoding steps.
 
     Acceptance is a prior (PRIOR_ACCEPT), scaled by a VocabTrim'd drafter's coverage;
-    a drafted token of a model costs the bytes it reads per token as a share of the
-    target's (decoding is memory-bound); batch_costs[n] is the cost of verifying n
-    tokens relative to one (measured by calibration)."""
+    a drafted token of a model costs `draft_cost` target tokens where its step was
+    measured, else the bytes it reads per token as a share of the target's (decoding is
+    memory-bound); batch_costs[n] is the cost of verifying n tokens relative to one
+    (measured by calibration)."""
     if drafter == "none" or k <= 0:
         return 1.0
     model = uses_model(drafter) and drafter_model is not None
     a = PRIOR_ACCEPT["model" if model else "free"]
     if model and drafter_model.vocab_coverage is not None:
         a *= drafter_model.vocab_coverage  # a trimmed LM head cannot propose the tokens it dropped (VocabTrim)
-    c = _read_per_token(drafter_model) / max(1, _read_per_token(target)) if model else 0.0
+    if not model:
+        c = 0.0
+    elif draft_cost is not None:
+        c = draft_cost
+    else:
+        c = _read_per_token(drafter_model) / max(1, _read_per_token(target))
     best = 1.0
     for j in range(1, k + 1):
         tokens = (1 - a ** (j + 1)) / (1 - a)
@@ -188,6 +195,8 @@ def plan(
     batch_costs: Sequence[float] | None = None,
     repack: bool | None = None,
     gpu: GpuMemory | None = None,
+    draft_costs: Mapping[str, float] | None = None,
+    cost_source: str = "measured on this machine",
 ) -> Plan:
     """The best configuration within `budget` bytes (None: no limit, llama.cpp's defaults).
     With `gpu`, it also chooses how many layers to offload (as many as fit, before a
@@ -197,6 +206,9 @@ def plan(
     predicted throughput among those that fit (a VocabTrim'd drafter is cheaper and smaller,
     and accepted less often: its K is chosen so). `drafter_model` holds the facts of the model
     drafter, or, with several, a mapping from each model drafter's name to its facts.
+    `batch_costs` (seconds per batch size, index 0 unused) and `draft_costs` (a drafter's
+    step in target tokens) replace the priors of `predicted_speedup` where known; the
+    choice's note says where they came from (`cost_source`).
 
     `baseline` is the process's own memory before any model is loaded, measured
     by the caller: a budget covers the whole process. Raises BudgetError, naming
@@ -207,7 +219,13 @@ def plan(
     models = _drafter_models(named, drafter_model)
 
     def speedup(d: str, k: int) -> float:
-        return predicted_speedup(d, k, target, models.get(d), batch_costs)
+        return predicted_speedup(d, k, target, models.get(d), batch_costs, (draft_costs or {}).get(d))
+
+    def basis() -> str:  # what a choice among drafters rests on
+        verify = f"verification costs {cost_source}" if batch_costs is not None else "a verification prior"
+        measured = [d for d in models if d in (draft_costs or {})]
+        return f"{verify}; drafter steps {'measured' if measured else 'from weight sizes'}" + (
+            f" for {', '.join(measured)}" if measured and len(measured) < len(models) else "")
 
     want_ctx = min(n_ctx, target.n_ctx_train) if target.n_ctx_train else n_ctx
     minimum = math.ceil(_minimum(target, baseline, "none", repack, gpu) / HEADROOM)
@@ -218,7 +236,8 @@ def plan(
         cfg = ModelConfig(n_ctx=want_ctx, max_outputs=max_draft + 1 if d != "none" else 1, prefill=want_ctx,
                           gpu_layers=ngl)
         fp = _predict(target, cfg, d, models.get(d), baseline, repack, gpu)
-        notes = [_choice_note(d, {x: f"{speedup(x, max_draft):.2f}x" for x in named})] if len(named) > 1 else []
+        notes = [_choice_note(d, {x: f"{speedup(x, max_draft):.2f}x" for x in named}, basis())] \
+            if len(named) > 1 else []
         return Plan(None, want_ctx, "f16", cfg.n_batch, "mmap", d, max_draft if d != "none" else 0, fp,
                     speedup(d, max_draft), minimum, minimum_spec, notes, target, models.get(d), ngl, 0, gpu)
 
@@ -266,9 +285,12 @@ def plan(
         notes.append(f"drafter {d} instead of {drafter}: {'none of them fits' if len(named) > 1 else f'{drafter} does not fit'}")
     else:
         if len(named) > 1:
-            notes.append(_choice_note(d, {x: _described(best[x], ctx, kv) if x in best else None for x in named}))
+            notes.append(_choice_note(d, {x: _described(best[x], ctx, kv) if x in best else None for x in named},
+                                      basis()))
         if d != "none" and k < max_draft:
             notes.append(f"at most {k} draft tokens instead of {max_draft}: their logits would not fit")
+        if uses_model(d) and speedup(d, k) <= 1.0:
+            notes.append(f"no draft of {d} is predicted to pay here: the controller will draft little")
     if gpu is not None and ngl <= target.n_layer:
         notes.append(f"{ngl} of {target.n_layer + 1} layers on {gpu.name}: more do not fit")
     return Plan(budget, ctx, kv, nb, "read", d, k, fp, speedup(d, k), minimum, minimum_spec, notes, target, dm,
@@ -297,11 +319,11 @@ def _described(found: tuple, ctx: int, kv: str) -> str:
     return f"{key[4]:.2f}x" + (f" at context {c}" if c != ctx else "") + (f" with a {q} KV cache" if q != kv else "")
 
 
-def _choice_note(chosen: str, each: Mapping[str, str | None]) -> str:
+def _choice_note(chosen: str, each: Mapping[str, str | None], basis: str) -> str:
     """Why a drafter was taken among several: the model's own output and context come first
     (see `plan`), then each one's predicted speed-up where it fits."""
     listed = ", ".join(f"{d} {s}" if s is not None else f"{d} does not fit" for d, s in each.items())
-    return f"drafter {chosen} chosen among {listed}"
+    return f"drafter {chosen} chosen among {listed} (predicted: acceptance priors; {basis})"
 
 
 def _config(ctx: int, kv: str, nb: int, d: str, k: int, ngl: int = 0) -> ModelConfig:
@@ -380,7 +402,8 @@ def plan_for_profile(target: ModelFacts, profile: "DeviceProfile", budget: int |
     gpu = GpuMemory(profile.memory_bytes, profile.shared_memory, profile.description, driver=GPU_DRIVER_FIXED)
     try:
         p = plan(target, profile.memory_bytes if budget is None else budget, drafter, drafter_model, n_ctx=n_ctx,
-                 max_draft=max_draft, baseline=baseline, batch_costs=batch_costs, gpu=gpu)
+                 max_draft=max_draft, baseline=baseline, batch_costs=batch_costs, gpu=gpu,
+                 cost_source=f"from {profile.name}'s roofline")
     except BudgetError as e:
         raise BudgetError(f"{profile.name}: {e}") from None
     p.notes.insert(0, f"PROJECTED for {profile.name}: its GPU driver's memory assumed to be {fmt_bytes(GPU_DRIVER_FIXED)}, "
@@ -437,7 +460,27 @@ def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: i
                 raise BudgetError(f"{e}, before the GPU driver's own memory") from None
             driver = measured(facts, device, gpu.name, BATCHES[0], widths)
         gpu = replace(gpu, driver=driver)
-    return plan(target, budget, drafter, drafter_facts, n_ctx=n_ctx, max_draft=max_draft, baseline=baseline, gpu=gpu)
+    batch_costs, draft_costs = measured_costs(model_file(model_path), files, max_draft) if gpu is None else (None, {})
+    return plan(target, budget, drafter, drafter_facts, n_ctx=n_ctx, max_draft=max_draft, baseline=baseline, gpu=gpu,
+                batch_costs=batch_costs, draft_costs=draft_costs)
+
+
+def measured_costs(target: Path, drafters: Mapping[str, Path], max_draft: int
+                   ) -> tuple[list[float] | None, dict[str, float]]:
+    """What earlier runs on this machine's CPU measured: the target's seconds per batch size
+    (its calibration, interpolated up to max_draft + 1) and each model drafter's step in
+    target tokens (as generation measured it). (None, {}) before the target was calibrated."""
+    from . import calibration
+    from .controller import CostModel
+
+    seconds = calibration.latest(calibration.model_prefix(target))
+    if not seconds or 1 not in seconds:
+        return None, {}
+    cost = CostModel(max_n=max_draft + 1)
+    for n, s in seconds.items():
+        cost.observe(n, s)
+    steps = {d: calibration.latest(calibration.DRAFTER_STEP + calibration.model_prefix(p)) for d, p in drafters.items()}
+    return [float(c) for c in cost.costs()], {d: s[1] / seconds[1] for d, s in steps.items() if s and 1 in s}
 
 
 def gpu_memory(device: str) -> GpuMemory | None:

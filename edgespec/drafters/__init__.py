@@ -52,14 +52,18 @@ def make_drafter(name: str, n_vocab: int, controller: DraftController, target_to
     return _model_drafter(name, target_tokenizer, n_ctx, threads, backend_options)
 
 
-def drafter_backends(drafter: Drafter | None) -> list:
-    """The backends a drafter runs models on (none for the model-free ones)."""
+def model_drafters(drafter: Drafter | None) -> list[Drafter]:
+    """The drafters among `drafter` (itself, or a hybrid's members) that run a model."""
     if drafter is None:
         return []
     if isinstance(drafter, AutoDrafter):
-        return [b for m in drafter.drafters for b in drafter_backends(m)]
-    backend = getattr(drafter, "backend", None)
-    return [backend] if backend is not None else []
+        return [m for d in drafter.drafters for m in model_drafters(d)]
+    return [drafter] if getattr(drafter, "backend", None) is not None else []
+
+
+def drafter_backends(drafter: Drafter | None) -> list:
+    """The backends a drafter runs models on (none for the model-free ones)."""
+    return [d.backend for d in model_drafters(drafter)]
 
 
 def check_drafter(name: str):

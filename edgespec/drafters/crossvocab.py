@@ -61,6 +61,10 @@ class CrossVocabDrafter(Drafter):
     def model_seconds(self) -> float:
         return self.model.model_seconds
 
+    @property
+    def token_cost(self) -> tuple[int, float]:
+        return self.model.token_cost
+
     def _sync(self, history: Sequence[int]) -> None:
         n = len(self._fed)
         if common_prefix(self._fed, history) < n:  # a new conversation: start over

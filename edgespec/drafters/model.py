@@ -74,6 +74,12 @@ class ModelDrafter(Drafter):
     def sync_seconds(self) -> float:
         return self.sync_s / self.syncs if self.syncs else 0.0
 
+    @property
+    def token_cost(self) -> tuple[int, float]:
+        """(evaluations that each yielded a draft token, their seconds): a step's catch-up
+        yields the first, each further step one more; what the planner prices drafting by."""
+        return self.syncs + self.steps, self.sync_s + self.step_s
+
     def begin(self, history: Sequence[int]) -> None:
         keep = common_prefix(self._cached, history[:-1])
         self.backend.rollback(keep)
