@@ -7,9 +7,9 @@ import sys
 import pytest
 
 
-def edgespec(*args, stdin=None, timeout=600):
+def edgespec(*args, stdin=None, timeout=600, env=None):
     return subprocess.run([sys.executable, "-m", "edgespec", *args], input=stdin, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=env)
 
 
 def assert_one_line_error(r, pattern):
