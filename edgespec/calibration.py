@@ -60,7 +60,7 @@ def save_drafter_steps(drafters: Iterable) -> None:
     """Keep what one drafted token costs each model drafter (see ModelDrafter.token_cost)
     under its backend's cost key."""
     for d in drafters:
-        n, seconds = d.token_cost
+        n, seconds = getattr(d, "token_cost", (0, 0.0))  # a drafter of one's own need not keep it
         if n < MIN_STEPS:
             continue
         try:
