@@ -91,7 +91,7 @@ spirv_headers() {
 vulkan_flags() {
     [ "${EDGESPEC_VULKAN:-auto}" != off ] || return 0
     command -v glslc >/dev/null 2>&1 || return 0
-    ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so ' || return 0   # the linker's libvulkan.so (libvulkan-dev)
+    ldconfig -p 2>/dev/null | grep 'libvulkan\.so ' >/dev/null || return 0   # libvulkan-dev; not grep -q: under pipefail its early exit can SIGPIPE ldconfig and fail the check
     spirv_headers || return 0
     local inc
     inc="$(vulkan_include)"
