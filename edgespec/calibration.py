@@ -44,13 +44,15 @@ def latest(prefix: str, device: str = "CPU") -> dict[int, float] | None:
     """Seconds per batch size of the most recent measurement on this machine whose key starts
     with `prefix` (whatever threads, micro-batch or KV cache type it ran with), on `device`."""
     found: tuple[float, dict] | None = None
-    for p in _dir().glob("*.json") if _dir().is_dir() else []:
+    for p in _dir().glob("*.json"):  # nothing when the folder does not exist
         try:
             data = json.loads(p.read_text())
-            parts = str(data["key"]).split("|")
-            if data["key"].startswith(prefix) and platform.node() in parts and device in parts:
-                if found is None or p.stat().st_mtime > found[0]:
-                    found = (p.stat().st_mtime, data["seconds"])
+            key = str(data["key"])
+            parts = key.split("|")
+            if key.startswith(prefix) and platform.node() in parts and device in parts:
+                mtime = p.stat().st_mtime
+                if found is None or mtime > found[0]:
+                    found = (mtime, data["seconds"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
     return {int(n): float(s) for n, s in found[1].items()} if found else None

@@ -418,7 +418,7 @@ def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: i
     (ONNX exports); with a budget they are refused. With `device` gpu or auto, the
     GPU llama.cpp would use is planned for (see `plan`); a budget then first measures the
     driver's memory for these models, once per machine (driver_memory.py)."""
-    from .drafters import HYBRID, check_drafter
+    from .drafters import check_drafter
     from .footprint import parse_bytes, process_rss
     from .runtimes import model_file
 
@@ -428,16 +428,16 @@ def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: i
         except ValueError as e:
             raise BudgetError(str(e)) from None
     named = named_drafters(drafter)
-    for d in named:
-        check_drafter(d)  # an unknown name is refused before any file is read
-    files = {d: model_file(check_drafter(d.removeprefix(HYBRID))) for d in named if uses_model(d)}
-    onnx = [p for p in [model_file(model_path), *files.values()] if p.suffix.lower() != ".gguf"]
+    found = {d: check_drafter(d) for d in named}  # an unknown name is refused before any file is read
+    files = {d: model_file(p) for d, p in found.items() if p is not None}  # the model drafters'
+    target_file = model_file(model_path)
+    onnx = [p for p in [target_file, *files.values()] if p.suffix.lower() != ".gguf"]
     if onnx:
         if budget is None and len(named) == 1:
             return None
         raise BudgetError(f"memory budgets and a choice among drafters are planned for GGUF models (llama.cpp); "
                           f"{onnx[0]} is not one")
-    target = ModelFacts.from_gguf(model_file(model_path))
+    target = ModelFacts.from_gguf(target_file)
     drafter_facts = {d: ModelFacts.from_gguf(p) for d, p in files.items()}
     facts = [target, *drafter_facts.values()]
     baseline = process_rss()["rss"]
@@ -460,7 +460,7 @@ def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: i
                 raise BudgetError(f"{e}, before the GPU driver's own memory") from None
             driver = measured(facts, device, gpu.name, BATCHES[0], widths)
         gpu = replace(gpu, driver=driver)
-    batch_costs, draft_costs = measured_costs(model_file(model_path), files, max_draft) if gpu is None else (None, {})
+    batch_costs, draft_costs = measured_costs(target_file, files, max_draft) if gpu is None else (None, {})
     return plan(target, budget, drafter, drafter_facts, n_ctx=n_ctx, max_draft=max_draft, baseline=baseline, gpu=gpu,
                 batch_costs=batch_costs, draft_costs=draft_costs)
 
