@@ -259,7 +259,7 @@ def test_measured_drafter_steps_replace_the_weight_size_prior():
     from edgespec.planner import predicted_speedup
 
     # the VocabTrim run of the README: the trimmed step 21% cheaper (its weights say 30%), and a
-    # 2-token verification 1.8x one token (larger batches here continue that slope): no 0.5B
+    # 2-token verification 1.8x one token (4 tokens 2.8x, the low end measured; +0.5 a token after): no 0.5B
     # draft pays on that CPU, and the plan says so
     cpu = [0.0, 1.0, 1.8, 2.3, 2.8, 3.3] + [3.3 + 0.5 * n for n in range(1, 13)]
     measured = {"qwen05": 0.39, "qwen05-trim16k": 0.31}  # 52.8 and 41.6 ms against 135 ms (7.41 tok/s)
