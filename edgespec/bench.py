@@ -117,10 +117,12 @@ class _LlamaCppPython:
 
 
 class _Edgespec:
-    def __init__(self, path: Path, drafter: str, ctx: int, threads: int, max_draft: int, device: str = "cpu") -> None:
+    def __init__(self, path: Path, drafter: str, ctx: int, threads: int, max_draft: int, device: str = "cpu",
+                 draft_min: int = 0) -> None:
         from .api import EdgeSpec
 
         self.llm = EdgeSpec(str(path), drafter=drafter, n_ctx=ctx, threads=threads, max_draft=max_draft, device=device)
+        self.llm.engine.controller.min_k = draft_min
 
     def run(self, ids: list[int], max_tokens: int) -> Run:
         self.llm.reset()
@@ -149,14 +151,15 @@ def _label(drafter: str) -> str:
 def run_bench(
     model: str, prompts: list[dict], drafters: list[str], max_tokens: int, ctx: int,
     threads: int | None, max_draft: int, peer: bool, console: Console, onnx: str | None = None,
-    devices: list[str] | None = None, uag: bool = False,
+    devices: list[str] | None = None, uag: bool = False, draft_min: int = 0,
 ) -> list[dict]:
     """`onnx`: an ONNX export of the same model; its rows (`onnx:plain`, `onnx:<drafter>`)
     run the same prompts on ONNX Runtime, side by side with llama.cpp's. `devices`
     beyond the first (the CPU): the same model on llama.cpp's GPU, rows `gpu:plain`,
     `gpu:<drafter>` (plain there is edgespec's engine without a drafter). `uag`:
     transformers' plain greedy and its universal assisted generation with each model
-    drafter (hf_assisted.py), rows `hf:plain` and `hf:uag:<drafter>`."""
+    drafter (hf_assisted.py), rows `hf:plain` and `hf:uag:<drafter>`. `draft_min`: edgespec's
+    drafters verify at least that many tokens a step (DraftController.min_k)."""
     from .drafters import HYBRID, check_drafter, drafter_backends
     from .planner import uses_model
     from .runtimes.llamacpp import default_threads
@@ -184,7 +187,7 @@ def run_bench(
     _init_backend(others[0] if others else "cpu")  # before anything starts llama.cpp's devices
     on_device: dict[str, _Edgespec] = {}
     with console.status(f"loading {model} for {2 + len(drafters)} methods…"):
-        es = {d: _Edgespec(path, d, ctx, threads, max_draft) for d in drafters}
+        es = {d: _Edgespec(path, d, ctx, threads, max_draft, draft_min=draft_min) for d in drafters}
         tmpl = next(iter(es.values())).llm if es else _Edgespec(path, "none", ctx, threads, max_draft).llm
         eog = tmpl.tokenizer.is_eog
         methods[PLAIN] = _LlamaCppPython(path, ctx, threads, lookup=False, is_eog=eog).run
@@ -194,7 +197,7 @@ def run_bench(
             methods[_label(d)] = m.run
         if onnx is not None:
             for d in ["none", *drafters]:
-                o = _Edgespec(resolve(onnx), d, ctx, threads, max_draft)
+                o = _Edgespec(resolve(onnx), d, ctx, threads, max_draft, draft_min=draft_min)
                 if o.llm.tokenizer.n_vocab != tmpl.tokenizer.n_vocab:
                     raise EdgespecError(f"{onnx} has another vocabulary than {model}: export the same model")
                 methods[f"onnx:{'plain' if d == 'none' else d}"] = o.run
@@ -225,7 +228,7 @@ def run_bench(
     for dev in others:
         with console.status(f"loading {model} on --device {dev}…"):
             for d in ["none", *drafters]:
-                g = _Edgespec(path, d, ctx, threads, max_draft, device=dev)
+                g = _Edgespec(path, d, ctx, threads, max_draft, device=dev, draft_min=draft_min)
                 if g.llm.backend.device == "CPU":  # a CPU fallback would only repeat the CPU's rows
                     raise EdgespecError(f"--device {dev}: {g.llm.backend.notice}")
                 if d == "none":

@@ -73,6 +73,48 @@ def save_drafter_steps(drafters: Iterable) -> None:
             _write(DRAFTER_STEP + key, {1: seconds / n})
 
 
+ACCEPTANCE = "acceptance|"  # prefixes "target prefix || drafter prefix" for a pair's greedy acceptance
+ACCEPT_WINDOW = 4096  # drafted tokens kept per pair: past it the older half is dropped, so it follows the model files
+
+
+def _pair_key(target: str | os.PathLike, drafter: str | os.PathLike) -> str:
+    return f"{ACCEPTANCE}{model_prefix(target)}|{model_prefix(drafter)}"
+
+
+def save_acceptance(target: str | os.PathLike, drafters: Iterable, by_key: dict[str, list[int]]) -> None:
+    """Add one greedy generation's drafted and accepted tokens (GenerationStats.by_key) to
+    each model drafter's running count against this target: what the planner expects of
+    the pair next time instead of its prior."""
+    for d in drafters:
+        drafted, accepted = by_key.get(d.model_key or "", (0, 0))
+        path = getattr(d.backend, "path", None)
+        if drafted < MIN_STEPS or path is None:
+            continue
+        try:
+            key = _pair_key(target, path)
+            old = acceptance(target, path, minimum=0) or (0, 0)
+        except OSError:  # a model file went away: nothing to key the count by
+            continue
+        total = [old[0] + drafted, old[1] + accepted]
+        if total[0] > ACCEPT_WINDOW:
+            total = [total[0] // 2, total[1] // 2]
+        _write_json(key, {"key": key, "drafted": total[0], "accepted": total[1]})
+
+
+def acceptance(target: str | os.PathLike, drafter: str | os.PathLike, minimum: int = MIN_STEPS
+               ) -> tuple[int, int] | None:
+    """(drafted, accepted) greedy tokens of this drafter model against this target, kept by
+    earlier generations on this machine; None with fewer than `minimum` drafted."""
+    key = _pair_key(target, drafter)
+    try:
+        data = json.loads(_path(key).read_text())
+        if data.get("key") != key or int(data["drafted"]) < max(1, minimum):
+            return None
+        return int(data["drafted"]), int(data["accepted"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def load(key: str | None, cost: CostModel) -> bool:
     """Fill `cost` from the cache; False if there is nothing usable."""
     if key is None:
@@ -94,11 +136,15 @@ def save(key: str | None, cost: CostModel) -> None:
 
 
 def _write(key: str, seconds: dict[int, float]) -> None:
+    _write_json(key, {"key": key, "seconds": {str(n): s for n, s in seconds.items()}})
+
+
+def _write_json(key: str, data: dict) -> None:
     p = _path(key)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"key": key, "seconds": {str(n): s for n, s in seconds.items()}}))
+        tmp.write_text(json.dumps(data))
         tmp.replace(p)
     except OSError:
         pass  # measured again next time

@@ -286,6 +286,9 @@ def bench(
                              "greedy and universal assisted generation with each model drafter, as rows hf:*."),
     budget: Optional[str] = typer.Option(None, "--memory-budget", "-b", help="With --device-profile: the memory the "
                                          "app may use on the device (default: the profile's), planned for."),
+    draft_min: int = typer.Option(0, "--draft-min", min=0, help="Verify at least this many draft tokens a step, "
+                                  "paying or not (llama.cpp's --draft-min): compares drafters' acceptance where "
+                                  "adaptive drafting would decline."),
 ) -> None:
     """Plain llama.cpp, its prompt lookup and edgespec's drafters, side by side in one run.
 
@@ -328,7 +331,7 @@ def bench(
     if bad or not devices or devices[0] != "cpu" and len(devices) > 1:
         _fail(f"--device takes cpu, or cpu followed by others (cpu,gpu): got {device!r}")
     rows = run_bench(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft, peer, err,
-                     onnx=onnx, devices=devices, uag=uag)
+                     onnx=onnx, devices=devices, uag=uag, draft_min=draft_min)
     print_rows(rows, out)
     if json_path:
         json_path.write_text(json.dumps(rows, indent=2))

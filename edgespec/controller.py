@@ -106,8 +106,13 @@ class CostModel:
 class DraftController:
     """Chooses the draft length each step from learned acceptance and cost."""
 
-    def __init__(self, max_k: int = 16, explore_every: int = 32, max_explore_every: int = 1024) -> None:
+    def __init__(self, max_k: int = 16, explore_every: int = 32, max_explore_every: int = 1024,
+                 min_k: int = 0) -> None:
+        """`min_k` (llama.cpp's --draft-min): verify at least that many tokens a step when a
+        drafter offers them, paying or not; to compare drafters' acceptance where adaptive
+        drafting would decline. 0 leaves every choice to the measured costs."""
         self.max_k = max_k
+        self.min_k = min_k
         self.acceptance = AcceptanceModel(max_k)
         self.cost = CostModel(max_k + 1)
         self.explore_every = explore_every
@@ -133,6 +138,8 @@ class DraftController:
             return 0
         e = self.acceptance.expected_tokens(key, k_max)
         k = int(np.argmax(e / self._step_costs(k_max, draft_seconds, per_token_seconds)))
+        if k < self.min_k:
+            return min(self.min_k, k_max)
         if k == 0:
             # nothing pays on current estimates; test one token now and then so a
             # stale estimate can recover. Every failed probe doubles the wait, so

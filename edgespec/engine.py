@@ -217,3 +217,13 @@ class Engine:
         finally:
             st.total_s = time.perf_counter() - t_start
             calibration.save_drafter_steps(model_drafters(drafter))  # what the planner weighs drafters by
+            if self._calibrate and ctl.cost.calibrated and b.simulated_seconds(1, 0) is None:
+                # keep the curve as decoding refined it: one calibration under a passing load
+                # would otherwise price every later plan and run on this machine
+                try:
+                    calibration.save(b.cost_key(), ctl.cost)
+                except OSError:  # the model file went away: nothing to key it by
+                    pass
+            target_path = getattr(b, "path", None)
+            if params.greedy and target_path is not None:  # sampled acceptance depends on the temperature
+                calibration.save_acceptance(target_path, model_drafters(drafter), st.by_key)

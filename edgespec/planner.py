@@ -147,10 +147,12 @@ def uses_model(drafter: str) -> bool:
 
 
 def predicted_speedup(drafter: str, k: int, target: ModelFacts, drafter_model: ModelFacts | None,
-                      batch_costs: Sequence[float] | None = None, draft_cost: float | None = None) -> float:
+                      batch_costs: Sequence[float] | None = None, draft_cost: float | None = None,
+                      accept: float | None = None) -> float:
     """Expected tokens per step over the step's cost, in plain-decoding steps.
 
-    Acceptance is a prior (PRIOR_ACCEPT), scaled by a VocabTrim'd drafter's coverage;
+    Acceptance per drafted token is `accept` where generations measured it for this pair,
+    else a prior (PRIOR_ACCEPT), scaled by a VocabTrim'd drafter's coverage;
     a drafted token of a model costs `draft_cost` target tokens where its step was
     measured, else the bytes it reads per token as a share of the target's (decoding is
     memory-bound); batch_costs[n] is the cost of verifying n tokens relative to one
@@ -159,7 +161,9 @@ def predicted_speedup(drafter: str, k: int, target: ModelFacts, drafter_model: M
         return 1.0
     model = uses_model(drafter) and drafter_model is not None
     a = PRIOR_ACCEPT["model" if model else "free"]
-    if model and drafter_model.vocab_coverage is not None:
+    if model and accept is not None:
+        a = min(accept, 0.99)  # the geometric series below needs a < 1
+    elif model and drafter_model.vocab_coverage is not None:
         a *= drafter_model.vocab_coverage  # a trimmed LM head cannot propose the tokens it dropped (VocabTrim)
     if not model:
         c = 0.0
@@ -197,6 +201,7 @@ def plan(
     gpu: GpuMemory | None = None,
     draft_costs: Mapping[str, float] | None = None,
     cost_source: str = "measured on this machine",
+    draft_accept: Mapping[str, float] | None = None,
 ) -> Plan:
     """The best configuration within `budget` bytes (None: no limit, llama.cpp's defaults).
     With `gpu`, it also chooses how many layers to offload (as many as fit, before a
@@ -207,7 +212,8 @@ def plan(
     and accepted less often: its K is chosen so). `drafter_model` holds the facts of the model
     drafter, or, with several, a mapping from each model drafter's name to its facts.
     `batch_costs` (seconds per batch size, index 0 unused) and `draft_costs` (a drafter's
-    step in target tokens) replace the priors of `predicted_speedup` where known; the
+    step in target tokens) replace the priors of `predicted_speedup` where known, as does
+    `draft_accept` (a model drafter's greedy acceptance against this target, measured); the
     choice's note says where they came from (`cost_source`).
 
     `baseline` is the process's own memory before any model is loaded, measured
@@ -219,13 +225,19 @@ def plan(
     models = _drafter_models(named, drafter_model)
 
     def speedup(d: str, k: int) -> float:
-        return predicted_speedup(d, k, target, models.get(d), batch_costs, (draft_costs or {}).get(d))
+        return predicted_speedup(d, k, target, models.get(d), batch_costs, (draft_costs or {}).get(d),
+                                 (draft_accept or {}).get(d))
 
     def basis() -> str:  # what a choice among drafters rests on
         verify = f"verification costs {cost_source}" if batch_costs is not None else "a verification prior"
-        measured = [d for d in models if d in (draft_costs or {})]
-        return f"{verify}; drafter steps {'measured' if measured else 'from weight sizes'}" + (
-            f" for {', '.join(measured)}" if measured and len(measured) < len(models) else "")
+
+        def which(measured: list[str]) -> str:
+            return f" for {', '.join(measured)}" if measured and len(measured) < len(models) else ""
+
+        steps = [d for d in models if d in (draft_costs or {})]
+        accepted = [d for d in models if d in (draft_accept or {})]
+        return (f"{verify}; drafter steps {'measured' if steps else 'from weight sizes'}{which(steps)}; "
+                f"acceptance {'measured' if accepted else 'a prior'}{which(accepted)}")
 
     want_ctx = min(n_ctx, target.n_ctx_train) if target.n_ctx_train else n_ctx
     minimum = math.ceil(_minimum(target, baseline, "none", repack, gpu) / HEADROOM)
@@ -323,7 +335,7 @@ def _choice_note(chosen: str, each: Mapping[str, str | None], basis: str) -> str
     """Why a drafter was taken among several: the model's own output and context come first
     (see `plan`), then each one's predicted speed-up where it fits."""
     listed = ", ".join(f"{d} {s}" if s is not None else f"{d} does not fit" for d, s in each.items())
-    return f"drafter {chosen} chosen among {listed} (predicted: acceptance priors; {basis})"
+    return f"drafter {chosen} chosen among {listed} (predicted: {basis})"
 
 
 def _config(ctx: int, kv: str, nb: int, d: str, k: int, ngl: int = 0) -> ModelConfig:
@@ -462,7 +474,16 @@ def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: i
         gpu = replace(gpu, driver=driver)
     batch_costs, draft_costs = measured_costs(target_file, files, max_draft) if gpu is None else (None, {})
     return plan(target, budget, drafter, drafter_facts, n_ctx=n_ctx, max_draft=max_draft, baseline=baseline, gpu=gpu,
-                batch_costs=batch_costs, draft_costs=draft_costs)
+                batch_costs=batch_costs, draft_costs=draft_costs, draft_accept=measured_acceptance(target_file, files))
+
+
+def measured_acceptance(target: Path, drafters: Mapping[str, Path]) -> dict[str, float]:
+    """Each model drafter's greedy acceptance per drafted token against this target, where
+    earlier generations kept it (calibration.save_acceptance; any device: the models decide it)."""
+    from . import calibration
+
+    found = {d: calibration.acceptance(target, p) for d, p in drafters.items()}
+    return {d: a / n for d, (n, a) in ((d, c) for d, c in found.items() if c)}
 
 
 def measured_costs(target: Path, drafters: Mapping[str, Path], max_draft: int

@@ -151,8 +151,9 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
 
             with stages.stage(f"counting token use for VocabTrim (K = {plan.trim_vocab})"):
                 keep, trim = plan_trim(model, tok, plan.trim_vocab, plan.calib)
-            trim.update(ids=keep.tolist(), inputs_trimmed=plan.to == "gguf", vocab_size=int(model.config.vocab_size))
-            write_vocab_map(result, keep, inputs_trimmed=plan.to == "gguf")
+            # inputs stay full-vocabulary ids: ONNX keeps its embedding, GGUF reads input_embd.gguf
+            trim.update(ids=keep.tolist(), inputs_trimmed=False, vocab_size=int(model.config.vocab_size))
+            write_vocab_map(result, keep, inputs_trimmed=False)
         if plan.to == "onnx":
             fp32 = scratch / "fp32" if plan.quant != "fp32" else result
             with stages.stage("exporting ONNX (optimum, with KV cache)"):
@@ -180,6 +181,12 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
             if plan.quant != "f16":
                 with stages.stage(f"quantizing GGUF to {plan.quant} (llama.cpp)"):
                     quantize_gguf(f16, result / "model.gguf", plan.quant, plan.threads)
+            if keep is not None:
+                from .vocabtrim import write_input_embedding
+
+                with stages.stage("writing the full input embedding beside the trimmed model"):
+                    write_input_embedding(result, model.get_input_embeddings().weight.detach().float().numpy(),
+                                          source.arch, exact=plan.quant == "f16")
             model_file = result / "model.gguf"
         validation = None
         if plan.validate:

@@ -12,10 +12,13 @@ pass per chunk) counts once. Control tokens are always kept.
 
 - ONNX: only the LM head MatMul's weight is sliced; the input embedding keeps
   the full vocabulary (as in the VocabTrim paper).
-- GGUF: llama.cpp requires the LM head and the vocabulary to agree, so the
-  token embedding and the vocabulary are cut to the same K tokens; the drafter's
-  inputs are mapped to kept ids (a token outside them becomes the least frequent
-  kept one: the drafter guesses worse after it, the target still decides).
+- GGUF: llama.cpp requires the LM head, the token embedding and the vocabulary
+  to agree, so all three are cut to the same K tokens. The full input embedding
+  goes beside the model (`input_embd.gguf`, Q8_0, memory-mapped: only the rows of
+  tokens seen are read), and the backend feeds the drafter embedding rows instead
+  of ids: a context token outside the kept set reads exactly as in the untrimmed
+  drafter. (Exports before it mapped such a token to the least frequent kept one;
+  `inputs_trimmed` in the id map says so, and they still load.)
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import numpy as np
 from .source import ExportError
 
 VOCAB_MAP = "vocab_map.json"
+INPUT_EMBEDDING = "input_embd.gguf"
 
 
 def default_calibration() -> list[str]:
@@ -96,6 +100,48 @@ def read_vocab_map(model_path: Path) -> tuple[np.ndarray | None, bool]:
         return None, False
     data = json.loads(path.read_text())
     return np.asarray(data["ids"], dtype=np.int64), bool(data.get("inputs_trimmed"))
+
+
+def write_input_embedding(folder: Path, weight: np.ndarray, arch: str, exact: bool) -> None:
+    """The untrimmed [vocab, hidden] input embedding: F16 beside an f16 export, else Q8_0
+    (finer than the model's own 4- or 8-bit rows; a quarter of a float32 copy)."""
+    import gguf
+
+    qtype = gguf.GGMLQuantizationType.F16 if exact else gguf.GGMLQuantizationType.Q8_0
+    rows = [gguf.quants.quantize(np.asarray(weight[s : s + 8192], dtype=np.float32), qtype)
+            for s in range(0, len(weight), 8192)]  # in slices: a float32 copy of Qwen's is 545 MB
+    w = gguf.GGUFWriter(str(folder / INPUT_EMBEDDING), arch)
+    w.add_tensor("token_embd.weight", np.concatenate(rows), raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+class InputEmbedding:
+    """The rows of `input_embd.gguf`, read from the mapped file as tokens need them."""
+
+    def __init__(self, path: Path) -> None:
+        import gguf
+
+        t = gguf.GGUFReader(str(path)).tensors[0]
+        self._data, self._type = t.data, t.tensor_type
+        self.n_vocab = len(t.data)
+        self.n_embd = int(t.shape[0])  # GGUF lists the row length first
+
+    @classmethod
+    def beside(cls, model_path: Path) -> "InputEmbedding | None":
+        path = Path(model_path).parent / INPUT_EMBEDDING
+        return cls(path) if path.is_file() else None
+
+    def rows(self, ids: Sequence[int]) -> np.ndarray:
+        """[len(ids), hidden] float32."""
+        import gguf
+
+        ids = np.asarray(ids, dtype=np.int64)
+        if len(ids) and (ids.min() < 0 or ids.max() >= self.n_vocab):
+            raise ValueError(f"token id out of range for an embedding of {self.n_vocab} rows")
+        return np.ascontiguousarray(gguf.quants.dequantize(self._data[ids], self._type), dtype=np.float32)
 
 
 def trim_onnx(model_path: Path, keep: np.ndarray) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..backend import Backend, Tokenizer
 from ..errors import ContextOverflowError, ModelError
-from ..export.vocabtrim import read_vocab_map
+from ..export.vocabtrim import InputEmbedding, read_vocab_map
 
 import llama_cpp as ll
 
@@ -166,7 +166,7 @@ class LlamaCppBackend(Backend):
         self.path = Path(model_path)
         self._model = None
         self._ctx = None
-        self._batch = None
+        self._batch = self._batch_embd = None
         mp = ll.llama_model_default_params()
         # a NULL-terminated list of the GPUs to use; empty keeps every layer and every
         # operation on the CPU (without it llama.cpp may still send large batches to a GPU)
@@ -222,6 +222,16 @@ class LlamaCppBackend(Backend):
             self.notice = f"{self.notice}; {more}" if self.notice else more
         self.device = self.placement.label
         self.vocab_map, self.inputs_trimmed = read_vocab_map(self.path)  # a VocabTrim'd drafter
+        # a VocabTrim'd GGUF with its full input embedding beside it takes full-vocabulary
+        # ids, fed to llama.cpp as embedding rows (its own vocabulary holds only the kept ids)
+        self._input_embd = InputEmbedding.beside(self.path) if self.vocab_map is not None else None
+        if self._input_embd is not None:
+            if self._input_embd.n_embd != self.n_embd:
+                self.close()
+                raise ModelError(f"{self.path.parent}: input_embd.gguf has rows of {self._input_embd.n_embd}, "
+                                 f"the model {self.n_embd}")
+            self.inputs_trimmed = False
+            self._batch_embd = ll.llama_batch_init(n_batch, self.n_embd, 1)
 
     # -- Backend --------------------------------------------------------------
 
@@ -240,14 +250,19 @@ class LlamaCppBackend(Backend):
             )
         first_out = n - n_logits
         chunks = []
-        b = self._batch
+        embd = self._input_embd
+        b = self._batch if embd is None else self._batch_embd
         start = 0
         while start < n:
             end = min(n, start + self.n_batch)
             if end - max(start, first_out) > self._outputs_cap:  # llama.cpp aborts past its reservation
                 end = max(start, first_out) + self._outputs_cap
+            if embd is not None:
+                rows = embd.rows(ids[start:end]).ravel()
+                np.ctypeslib.as_array(b.embd, shape=(self.n_batch * self.n_embd,))[: rows.size] = rows
             for j, i in enumerate(range(start, end)):
-                b.token[j] = ids[i]
+                if embd is None:
+                    b.token[j] = ids[i]
                 b.pos[j] = self._n_past + i
                 b.n_seq_id[j] = 1
                 b.seq_id[j][0] = 0
@@ -306,9 +321,10 @@ class LlamaCppBackend(Backend):
         }
 
     def close(self) -> None:
-        if self._batch is not None:
-            ll.llama_batch_free(self._batch)
-            self._batch = None
+        for batch in (self._batch, self._batch_embd):
+            if batch is not None:
+                ll.llama_batch_free(batch)
+        self._batch = self._batch_embd = None
         if self._ctx:
             ll.llama_free(self._ctx)
             self._ctx = None

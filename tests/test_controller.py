@@ -26,6 +26,16 @@ def test_drafts_nothing_when_batches_cost_as_much_as_separate_tokens():
     assert choices.count(0) == 62 and choices.count(1) == 2
 
 
+def test_a_draft_minimum_verifies_drafts_that_do_not_pay():
+    c = controller_with_costs({1: 1.0, 2: 2.0, 4: 4.0, 9: 9.0})
+    for _ in range(50):
+        c.record("model", 2, 0, 3, 3.0)
+    assert c.choose("model", 8) == 0  # nothing pays
+    c.min_k = 3  # the bench's --draft-min: measure acceptance anyway
+    assert [c.choose("model", 8) for _ in range(64)] == [3] * 64
+    assert c.choose("model", 2) == 2  # never more than the drafter offers
+
+
 def test_acceptance_is_learned_per_kind_of_draft():
     c = controller_with_costs({1: 1.0, 2: 1.3, 3: 1.6, 5: 2.2})
     for _ in range(40):
@@ -82,3 +92,27 @@ def test_failed_probes_get_rarer_and_a_success_restores_them():
     c._probing.add("model")
     c.record("model", 1, 1, 2, 2.0)  # a probe that was accepted
     assert c._interval["model"] == c.explore_every
+
+
+def test_a_stale_calibration_follows_what_decoding_measures(tmp_path, monkeypatch):
+    """A calibration taken under a passing load (here: ten seconds a token) is not kept
+    forever: each generation saves the cost curve as its own steps refined it."""
+    import tiny_gguf
+
+    from edgespec import calibration
+    from edgespec.drafters import make_drafter
+    from edgespec.engine import Engine
+    from edgespec.runtimes.llamacpp import LlamaCppBackend
+
+    monkeypatch.setattr(calibration, "_dir", lambda: tmp_path / "calibration")
+    with LlamaCppBackend(tiny_gguf.write(tmp_path / "tiny.gguf"), n_ctx=256, n_threads=1) as b:
+        stale = calibration.CostModel(max_n=5)
+        for n in range(1, 6):
+            stale.observe(n, 10.0 + n)
+        calibration.save(b.cost_key(), stale)
+        controller = DraftController(max_k=4)
+        engine = Engine(b, make_drafter("lookup", b.n_vocab, controller), controller=controller)
+        list(engine.generate(b.tokenizer.encode("the the the the the the the the"), 48))
+        kept = calibration.CostModel(max_n=5)
+        assert calibration.load(b.cost_key(), kept)
+        assert kept.measured[1] < 10.0 * 0.9  # moved toward the milliseconds a tiny model takes

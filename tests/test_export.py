@@ -173,6 +173,25 @@ def test_vocab_trimmed_drafter_keeps_speculation_lossless(checkpoint, tmp_path, 
         EdgeSpec(str(tmp_path / "trim"), drafter="none")  # a trimmed model drafts; it cannot be the target
 
 
+def test_a_trimmed_gguf_reads_dropped_context_tokens_as_the_full_model_does(checkpoint, tmp_path):
+    import numpy as np
+
+    from edgespec.runtimes import open_backend
+
+    run_export(ExportPlan(str(checkpoint), "gguf", tmp_path / "trim", "f16", trim_vocab=120), quiet=True)
+    export(checkpoint, tmp_path, "gguf", "f16")
+    kept = np.array(json.loads((tmp_path / "trim" / "vocab_map.json").read_text())["ids"])
+    with open_backend(tmp_path / "gguf-f16" / "model.gguf", n_ctx=64) as full:
+        dropped = [i for i in range(full.n_vocab) if i not in set(kept.tolist())][:6]
+        ids = [int(kept[3]), *dropped, int(kept[5]), int(kept[7])]
+        want = np.array(full.eval(ids))[:, kept]
+    with open_backend(tmp_path / "trim" / "model.gguf", n_ctx=64) as trimmed:
+        assert trimmed.n_vocab == len(kept)  # logits for the kept tokens only
+        got = np.array(trimmed.eval(ids))  # target ids in, dropped ones included
+    assert len(dropped) == 6
+    np.testing.assert_allclose(got, want, atol=1e-3)  # the same model after the same context (logits ~1.3)
+
+
 def test_trim_larger_than_the_vocabulary_is_refused(checkpoint, tmp_path):
     r = _cli(checkpoint, "--to", "gguf", "--trim-vocab", "100000", "-o", tmp_path / "big")
     assert r.returncode == 1 and "larger than the vocabulary" in r.stderr and "Traceback" not in r.stderr

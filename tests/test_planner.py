@@ -258,7 +258,7 @@ def test_a_device_profile_is_planned_with_its_gpu_memory_and_priced_by_its_roofl
 def test_measured_drafter_steps_replace_the_weight_size_prior():
     from edgespec.planner import predicted_speedup
 
-    # the VocabTrim run of the README: the trimmed step 21% cheaper (its weights say 30%), and a
+    # an earlier VocabTrim run (a busier machine than the README's table): the trimmed step 21% cheaper (its weights say 30%), and a
     # 2-token verification 1.8x one token (4 tokens 2.8x, the low end measured; +0.5 a token after): no 0.5B
     # draft pays on that CPU, and the plan says so
     cpu = [0.0, 1.0, 1.8, 2.3, 2.8, 3.3] + [3.3 + 0.5 * n for n in range(1, 13)]
@@ -309,3 +309,43 @@ def test_a_drafters_step_is_kept_per_machine_and_found_by_model_file(tmp_path, m
     batch, steps = measured_costs(target, {"small": drafter}, 4)
     assert batch[1:] == pytest.approx([0.100, 0.180, 0.230, 0.280, 0.330])  # interpolated, then extrapolated
     assert steps == {"small": pytest.approx(0.44)}
+
+
+def test_a_pairs_measured_acceptance_replaces_the_prior(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from edgespec import calibration
+    from edgespec.planner import measured_acceptance, predicted_speedup
+
+    monkeypatch.setattr(calibration, "_dir", lambda: tmp_path / "calibration")
+    target, full, trimmed = (tmp_path / f"{n}.gguf" for n in ("target", "full", "trimmed"))
+    for f in (target, full, trimmed):
+        f.write_bytes(b"x")
+    drafters = {"qwen05": full, "qwen05-trim16k": trimmed}
+    assert measured_acceptance(target, drafters) == {}  # nothing kept yet: the priors decide
+    generations = [(full, "model", [60, 53]), (trimmed, "model", [64, 42]), (trimmed, "model", [40, 26]),
+                   (trimmed, "model", [10, 2])]  # the last drafted too little to count
+    for path, key, counts in generations:
+        calibration.save_acceptance(target, [SimpleNamespace(model_key=key, backend=SimpleNamespace(path=path))],
+                                    {key: counts, "ngram": [99, 0]})
+    found = measured_acceptance(target, drafters)
+    assert found == {"qwen05": pytest.approx(53 / 60), "qwen05-trim16k": pytest.approx(68 / 104)}
+    assert measured_acceptance(full, {"x": trimmed}) == {}  # kept per pair: another target knows nothing
+    # accepted less often than its coverage prior says (as the first GGUF trims were), the
+    # trimmed drafter no longer wins where verification is nearly free
+    gpu = [0.0] + [1.0 + 0.05 * n for n in range(17)]
+    steps = {"qwen05": 0.39, "qwen05-trim16k": 0.31}
+    prior = predicted_speedup("qwen05-trim16k", 16, QWEN15, QWEN05_TRIM, gpu, steps["qwen05-trim16k"])
+    assert predicted_speedup("qwen05-trim16k", 16, QWEN15, QWEN05_TRIM, gpu, steps["qwen05-trim16k"],
+                             found["qwen05-trim16k"]) < prior
+    choose = "qwen05,qwen05-trim16k"
+    assert plan(QWEN15, 2500 * MB, choose, DRAFTERS, baseline=BASE, repack=True, batch_costs=gpu,
+                draft_costs=steps).drafter == "qwen05-trim16k"  # on priors
+    p = plan(QWEN15, 2500 * MB, choose, DRAFTERS, baseline=BASE, repack=True, batch_costs=gpu, draft_costs=steps,
+             draft_accept=found)
+    assert p.drafter == "qwen05" and "drafter steps measured; acceptance measured" in " ".join(p.notes)
+    # the count follows the files: past the window the older half goes
+    calibration.save_acceptance(target, [SimpleNamespace(model_key="model", backend=SimpleNamespace(path=full))],
+                                {"model": [calibration.ACCEPT_WINDOW, 0]})
+    n, a = calibration.acceptance(target, full)
+    assert n == (60 + calibration.ACCEPT_WINDOW) // 2 and a == 53 // 2  # the rate a blend of old and new

@@ -106,7 +106,8 @@ def same_vocabulary(drafter: ModelDrafter, target: Tokenizer) -> bool:
     (a GGUF trimmed by VocabTrim numbers its tokens by row of the id map)."""
     backend = drafter.backend
     rows = np.arange(backend.tokenizer.n_vocab)
-    ids = drafter.vocab_map if getattr(backend, "inputs_trimmed", False) else rows
+    trimmed = drafter.vocab_map is not None and len(drafter.vocab_map) == len(rows)
+    ids = drafter.vocab_map if trimmed else rows
     sample = np.unique(np.concatenate([rows[:2000], rows[:: max(1, len(rows) // 2000)]]))
     return not (drafter.target_vocab > target.n_vocab or int(ids.max()) >= target.n_vocab or any(
         backend.tokenizer.token_bytes(int(r)) != target.token_bytes(int(ids[r])) for r in sample

@@ -6,8 +6,9 @@ when its top token's probability falls below `p_min`, because an unsure draft
 token is likely rejected and every drafted token costs a drafter step.
 
 VocabTrim'd drafters (see export/vocabtrim.py) return logits for K kept tokens:
-`backend.vocab_map[row]` is the target id of logits row `row`; a GGUF drafter
-trimmed that way also takes trimmed ids as input, so target ids are mapped in.
+`backend.vocab_map[row]` is the target id of logits row `row`. Its backend takes
+target ids (a trimmed GGUF reads their rows from its full input embedding); only
+a GGUF trimmed before that existed takes trimmed ids, so target ids are mapped in.
 Drafts are deterministic (the argmax), so rejection sampling stays exact
 whatever the drafter's distribution.
 """
