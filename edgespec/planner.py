@@ -483,7 +483,7 @@ def measured_acceptance(target: Path, drafters: Mapping[str, Path]) -> dict[str,
     from . import calibration
 
     found = {d: calibration.acceptance(target, p) for d, p in drafters.items()}
-    return {d: a / n for d, (n, a) in ((d, c) for d, c in found.items() if c)}
+    return {d: c[1] / c[0] for d, c in found.items() if c}
 
 
 def measured_costs(target: Path, drafters: Mapping[str, Path], max_draft: int

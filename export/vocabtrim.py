@@ -134,14 +134,18 @@ class InputEmbedding:
         path = Path(model_path).parent / INPUT_EMBEDDING
         return cls(path) if path.is_file() else None
 
+    def check(self, ids: Sequence[int]) -> None:
+        ids = np.asarray(ids, dtype=np.int64)
+        if len(ids) and (ids.min() < 0 or ids.max() >= self.n_vocab):
+            raise ValueError(f"token id out of range for an embedding of {self.n_vocab} rows")
+
     def rows(self, ids: Sequence[int]) -> np.ndarray:
         """[len(ids), hidden] float32."""
         import gguf
 
-        ids = np.asarray(ids, dtype=np.int64)
-        if len(ids) and (ids.min() < 0 or ids.max() >= self.n_vocab):
-            raise ValueError(f"token id out of range for an embedding of {self.n_vocab} rows")
-        return np.ascontiguousarray(gguf.quants.dequantize(self._data[ids], self._type), dtype=np.float32)
+        self.check(ids)
+        return np.ascontiguousarray(gguf.quants.dequantize(self._data[np.asarray(ids)], self._type),
+                                    dtype=np.float32)
 
 
 def trim_onnx(model_path: Path, keep: np.ndarray) -> None:

@@ -251,6 +251,8 @@ class LlamaCppBackend(Backend):
         first_out = n - n_logits
         chunks = []
         embd = self._input_embd
+        if embd is not None:
+            embd.check(ids)  # before any chunk is decoded: a failure then leaves the cache as it was
         b = self._batch if embd is None else self._batch_embd
         start = 0
         while start < n:
