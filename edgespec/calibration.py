@@ -92,9 +92,9 @@ def save_acceptance(target: str | os.PathLike, drafters: Iterable, by_key: dict[
             continue
         try:
             key = _pair_key(target, path)
-            old = acceptance(target, path, minimum=0) or (0, 0)
         except OSError:  # a model file went away: nothing to key the count by
             continue
+        old = _read_counts(key) or (0, 0)
         total = [old[0] + drafted, old[1] + accepted]
         if total[0] > ACCEPT_WINDOW:
             total = [total[0] // 2, total[1] // 2]
@@ -105,12 +105,14 @@ def acceptance(target: str | os.PathLike, drafter: str | os.PathLike, minimum: i
                ) -> tuple[int, int] | None:
     """(drafted, accepted) greedy tokens of this drafter model against this target, kept by
     earlier generations on this machine; None with fewer than `minimum` drafted."""
-    key = _pair_key(target, drafter)
+    found = _read_counts(_pair_key(target, drafter))
+    return found if found and found[0] >= max(1, minimum) else None
+
+
+def _read_counts(key: str) -> tuple[int, int] | None:
     try:
         data = json.loads(_path(key).read_text())
-        if data.get("key") != key or int(data["drafted"]) < max(1, minimum):
-            return None
-        return int(data["drafted"]), int(data["accepted"])
+        return (int(data["drafted"]), int(data["accepted"])) if data.get("key") == key else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

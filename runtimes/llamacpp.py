@@ -232,6 +232,7 @@ class LlamaCppBackend(Backend):
                                  f"the model {self.n_embd}")
             self.inputs_trimmed = False
             self._batch_embd = ll.llama_batch_init(n_batch, self.n_embd, 1)
+            self._embd_rows = np.ctypeslib.as_array(self._batch_embd.embd, shape=(n_batch * self.n_embd,))
 
     # -- Backend --------------------------------------------------------------
 
@@ -261,7 +262,7 @@ class LlamaCppBackend(Backend):
                 end = max(start, first_out) + self._outputs_cap
             if embd is not None:
                 rows = embd.rows(ids[start:end]).ravel()
-                np.ctypeslib.as_array(b.embd, shape=(self.n_batch * self.n_embd,))[: rows.size] = rows
+                self._embd_rows[: rows.size] = rows
             for j, i in enumerate(range(start, end)):
                 if embd is None:
                     b.token[j] = ids[i]
