@@ -137,6 +137,11 @@ def save(key: str | None, cost: CostModel) -> None:
         _write(key, cost.measured)
 
 
+def forget(key: str | None) -> None:
+    if key is not None:
+        _path(key).unlink(missing_ok=True)
+
+
 def _write(key: str, seconds: dict[int, float]) -> None:
     _write_json(key, {"key": key, "seconds": {str(n): s for n, s in seconds.items()}})
 

@@ -66,13 +66,33 @@ class CostModel:
 
     max_n: int
     alpha: float = 0.2  # EMA weight of a new observation
+    drift: float = 0.3  # a size this far from its timed cost makes the whole curve suspect
+    drift_after: int = 4  # observations of a size before its drift counts
     _t: dict[int, float] = field(default_factory=dict)
     _cache: np.ndarray | None = None
+    _timed: dict[int, float] = field(default_factory=dict)  # the curve when every size was last timed
+    _seen: dict[int, int] = field(default_factory=dict)  # observations per size since then
 
     def observe(self, n: int, seconds: float) -> None:
         old = self._t.get(n)
         self._t[n] = seconds if old is None else (1 - self.alpha) * old + self.alpha * seconds
+        self._seen[n] = self._seen.get(n, 0) + 1
         self._cache = None
+
+    def mark_timed(self) -> None:
+        """Every size has just been timed (or loaded): later drift is measured from here."""
+        self._timed, self._seen = dict(self._t), {}
+
+    def drifted(self) -> bool:
+        """Decoding refines only the sizes it uses; when one of them has moved far from
+        where it was timed (a calibration under a passing load, a machine that changed
+        since), the sizes it does not use are as stale, and the ratios between them
+        that draft lengths are chosen by are wrong: every size should be timed again."""
+        return any(self._seen.get(n, 0) >= self.drift_after and abs(self._t[n] / t0 - 1) > self.drift
+                   for n, t0 in self._timed.items() if t0 > 0)
+
+    def reset(self) -> None:
+        self._t, self._timed, self._seen, self._cache = {}, {}, {}, None
 
     @property
     def measured(self) -> dict[int, float]:

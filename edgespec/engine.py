@@ -47,7 +47,8 @@ class Engine:
 
     # -- cost calibration ---------------------------------------------------
 
-    def calibrate(self, sizes: Sequence[int] | None = None, repeats: int = 1, warm: bool = False) -> dict[int, float]:
+    def calibrate(self, sizes: Sequence[int] | None = None, repeats: int = 1, warm: bool = False,
+                  fresh: bool = False) -> dict[int, float]:
         """Time batches of every size up to max_draft + 1 on the backend, then undo them.
 
         Cheap drafts are only worth verifying if a k-token batch costs little more
@@ -56,7 +57,8 @@ class Engine:
         here 4 tokens cost 1.75x one token and 3 tokens 2.1x), so every size is
         timed. Results are cached on disk per model, build and machine; `warm` runs every
         size once even then, so a GPU driver compiles all its pipelines now (what a
-        memory profile measures) rather than at a draft's first use.
+        memory profile measures) rather than at a draft's first use; `fresh` times
+        every size even when a cached curve exists.
         """
         b = self.backend
         base = b.n_past
@@ -65,7 +67,9 @@ class Engine:
                 self.controller.cost.observe(n, b.simulated_seconds(n, base))
             return self.controller.cost.measured
         key = b.cost_key()
-        cached = sizes is None and calibration.load(key, self.controller.cost)
+        cached = sizes is None and not fresh and calibration.load(key, self.controller.cost)
+        if cached:
+            self.controller.cost.mark_timed()
         if cached and not warm:
             return self.controller.cost.measured
         sizes = [n for n in (sizes or range(1, self.max_draft + 2)) if base + n <= b.n_ctx]
@@ -83,6 +87,7 @@ class Engine:
                 b.eval([filler] * n)
                 self.controller.cost.observe(n, time.perf_counter() - t0)
                 b.rollback(base)
+        self.controller.cost.mark_timed()
         calibration.save(key, self.controller.cost)
         return self.controller.cost.measured
 
@@ -134,9 +139,12 @@ class Engine:
         self.cached = list(prompt)
         token = sample(logits, params, rng)
         st.prefill_s = time.perf_counter() - t_start
-        if self._calibrate and not self.controller.cost.calibrated:
+        cost = self.controller.cost
+        if self._calibrate and (not cost.calibrated or cost.drifted()):
             t0 = time.perf_counter()
-            self.calibrate()
+            fresh = cost.calibrated  # drifted: what was cached is what drifted
+            cost.reset()
+            self.calibrate(fresh=fresh)
             st.prefill_s += time.perf_counter() - t0  # start-up cost, not decoding speed
 
         history = list(prompt)
@@ -219,9 +227,14 @@ class Engine:
             calibration.save_drafter_steps(model_drafters(drafter))  # what the planner weighs drafters by
             if self._calibrate and ctl.cost.calibrated and b.simulated_seconds(1, 0) is None:
                 # keep the curve as decoding refined it: one calibration under a passing load
-                # would otherwise price every later plan and run on this machine
+                # would otherwise price every later plan and run on this machine; a curve
+                # that drifted is refined only where decoding went, so it is forgotten
+                # and the next run times every size again
                 try:
-                    calibration.save(b.cost_key(), ctl.cost)
+                    if ctl.cost.drifted():
+                        calibration.forget(b.cost_key())
+                    else:
+                        calibration.save(b.cost_key(), ctl.cost)
                 except OSError:  # the model file went away: nothing to key it by
                     pass
             target_path = getattr(b, "path", None)

@@ -46,3 +46,5 @@ def print_fpga_rows(rows: list[dict], console: Console) -> None:
     one = m.eval_cost(1, 256).seconds
     curve = ", ".join(f"{k}: {m.eval_cost(k, 256).seconds / one:.2f}x" for k in (2, 4, 8, 16))
     console.print(f"board cost of verifying k tokens at context 256, against one token: {curve}", highlight=False)
+    console.print(f"fabric the design takes on the {KV260.name} (lanes, table adders, attention DSPs, buffers; "
+                  f"control and DMA not counted): {m.resources.summary()}", highlight=False)

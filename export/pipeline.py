@@ -195,8 +195,8 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
             with stages.stage("validating against the source"):
                 ids = tok(validation_text(), add_special_tokens=False)["input_ids"]
                 ids = ids[: min(512, model.config.max_position_embeddings - 16)]
-                validation = compare(source_logits(model, ids), export_logits(result, ids, plan.threads, trim), ids,
-                                     trim)
+                got, decode_ms = export_logits(result, ids, plan.threads, trim, decode_steps=16)
+                validation = {**compare(source_logits(model, ids), got, ids, trim), "decode_ms": decode_ms}
         manifest = {
             "source": str(source.path.resolve()),
             "source_kind": source.kind,

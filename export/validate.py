@@ -1,13 +1,16 @@
 """How well an export matches its source, on a fixed text: the largest logit
 difference, top-1 agreement (the export's argmax equals the source's) and
-perplexity of both on that text."""
+perplexity of both on that text; and how fast the export decodes one token after it."""
 
 from __future__ import annotations
 
+import time
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
+
+from .vocabtrim import expand_logits, to_trimmed
 
 
 def validation_text() -> str:
@@ -23,20 +26,28 @@ def source_logits(model, ids: list[int]) -> np.ndarray:
     return out.logits[0].float().numpy()
 
 
-def export_logits(path: Path, ids: list[int], threads: int | None = None, trim: dict | None = None) -> np.ndarray:
-    """The same through the backend that will run the export (llama.cpp or ONNX Runtime).
+def export_logits(path: Path, ids: list[int], threads: int | None = None, trim: dict | None = None,
+                  decode_steps: int = 0) -> tuple[np.ndarray, float | None]:
+    """The same through the backend that will run the export (llama.cpp or ONNX Runtime),
+    and, with `decode_steps`, the median milliseconds of one-token decode steps after
+    that text (what a quantization costs or saves in speed, beside what it costs in accuracy).
 
     A VocabTrim'd export has logits for its kept tokens only; they are scattered
     back into the full vocabulary (the rest at -inf) so both compare column by column.
     """
     from ..runtimes import open_backend
 
-    with open_backend(path, n_ctx=len(ids) + 16, threads=threads) as b:
-        if trim is None:
-            return np.array(b.eval(ids), dtype=np.float32)
-        from .vocabtrim import expand_logits, to_trimmed
-
-        return expand_logits(b.eval(to_trimmed(ids, trim)), trim)
+    feed = list(ids) if trim is None else to_trimmed(ids, trim)
+    with open_backend(path, n_ctx=len(ids) + decode_steps + 16, threads=threads) as b:
+        logits = np.array(b.eval(feed), dtype=np.float32)
+        steps = []
+        for t in feed[:decode_steps]:
+            start = time.perf_counter()
+            b.eval([t])
+            steps.append(time.perf_counter() - start)
+    if trim is not None:
+        logits = expand_logits(logits, trim)
+    return logits, (float(np.median(steps)) * 1000 if steps else None)
 
 
 def perplexity(logits: np.ndarray, ids: list[int], mask: np.ndarray | None = None) -> float:

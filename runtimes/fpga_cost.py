@@ -11,7 +11,11 @@ What one `eval` of n tokens at context position p costs on the board:
 - attention reads the KV cache (p + n positions) once per call and does
   n * (p + n) * d multiply-adds at `attn_macs_per_cycle`;
 - the LM head runs on the board's CPU (TeLLMe does it with NEON on the ARM cores)
-  at `cpu_flops`, reading its int8 weights once per call.
+  at `cpu_flops`, reading its int8 weights once per call;
+- a call longer than the design's on-chip tile streams the weights once per tile.
+
+What the design takes of the fabric (lanes, adders, DSPs, buffers) is
+fpga_resources.py's; a design the board cannot hold is refused.
 
 Energy is the board's power times time. The numbers of a `Board` are datasheet
 figures; those of a `Design` are the accelerator's, and where a paper does not
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .fpga_resources import design_resources
 from .tlmm import code_bits, patterns
 
 
@@ -47,6 +52,7 @@ class Design:
     attn_macs_per_cycle: float
     kv_bytes: int = 1  # int8 KV cache
     lm_head_bytes: int = 1  # int8 LM head on the CPU
+    tile_tokens: int = 128  # the most tokens whose activations stay on chip: a longer call is tiled
     note: str = ""
 
 
@@ -79,9 +85,19 @@ class Cost:
     bound: str  # what limited the linear layers: "bandwidth" or "compute"
 
 
+class DesignDoesNotFit(ValueError):
+    pass
+
+
 class CostModel:
     def __init__(self, board: Board, design: Design, shape: Shape) -> None:
+        """Refuses a design whose rates the board's fabric cannot hold (fpga_resources)."""
         self.board, self.design, self.shape = board, design, shape
+        self.resources = design_resources(board, design, shape)
+        if not self.resources.fits:
+            over = [k for k, u in self.resources.utilization().items() if u > 1]
+            raise DesignDoesNotFit(f"the design does not fit the {board.name}: needs more {', '.join(over)} than it has "
+                                   f"({self.resources.summary()})")
         self._entries = len(patterns(design.g))
         self._code_bits = code_bits(design.g)
 
@@ -95,7 +111,7 @@ class CostModel:
         for out, n_in in s.linears():
             groups = -(-n_in // dz.g)
             wbytes = out * groups * self._code_bits / 8
-            stream = wbytes / b.ddr_bytes_per_s
+            stream = wbytes / b.ddr_bytes_per_s * -(-n // dz.tile_tokens)  # weights stream again for each tile
             compute = (n * out * groups / dz.lookups_per_cycle + n * groups * self._entries / dz.adds_per_cycle) / clock
             linear_s += max(stream, compute)
             compute_bound += compute > stream

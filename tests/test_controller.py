@@ -1,6 +1,6 @@
 """Adaptive draft length: draft what pays, nothing when nothing does."""
 
-from edgespec.controller import DraftController
+from edgespec.controller import CostModel, DraftController
 
 
 def controller_with_costs(costs):
@@ -94,9 +94,10 @@ def test_failed_probes_get_rarer_and_a_success_restores_them():
     assert c._interval["model"] == c.explore_every
 
 
-def test_a_stale_calibration_follows_what_decoding_measures(tmp_path, monkeypatch):
-    """A calibration taken under a passing load (here: ten seconds a token) is not kept
-    forever: each generation saves the cost curve as its own steps refined it."""
+def test_a_stale_calibration_is_timed_again_once_decoding_finds_it_wrong(tmp_path, monkeypatch):
+    """A calibration taken under a passing load (here: ten seconds a token) is not kept:
+    decoding refines only the batch sizes it uses, so when those have moved far from
+    the curve, the whole curve is forgotten and the next generation times every size."""
     import tiny_gguf
 
     from edgespec import calibration
@@ -112,7 +113,26 @@ def test_a_stale_calibration_follows_what_decoding_measures(tmp_path, monkeypatc
         calibration.save(b.cost_key(), stale)
         controller = DraftController(max_k=4)
         engine = Engine(b, make_drafter("lookup", b.n_vocab, controller), controller=controller)
-        list(engine.generate(b.tokenizer.encode("the the the the the the the the"), 48))
-        kept = calibration.CostModel(max_n=5)
-        assert calibration.load(b.cost_key(), kept)
-        assert kept.measured[1] < 10.0 * 0.9  # moved toward the milliseconds a tiny model takes
+        prompt = b.tokenizer.encode("the the the the the the the the")
+        list(engine.generate(prompt, 48))
+        assert controller.cost.drifted()
+        assert not calibration.load(b.cost_key(), calibration.CostModel(max_n=5))  # forgotten
+        list(engine.generate(prompt, 4))  # starts by timing every size again
+        timed = calibration.CostModel(max_n=5)
+        assert calibration.load(b.cost_key(), timed)
+        assert set(timed.measured) == set(range(1, 6))
+        assert max(timed.measured.values()) < 1.0  # a tiny model's milliseconds, every size
+
+
+def test_a_curve_that_decoding_confirms_is_not_timed_again():
+    cost = CostModel(max_n=5)
+    for n in range(1, 6):
+        cost.observe(n, 0.010 * (1 + 0.1 * n))
+    cost.mark_timed()
+    for _ in range(20):
+        cost.observe(1, 0.0115)  # 4% off: noise, not a changed machine
+        cost.observe(3, 0.0120)
+    assert not cost.drifted()
+    for _ in range(8):
+        cost.observe(3, 0.030)  # a size decoding uses now costs twice what was timed
+    assert cost.drifted()

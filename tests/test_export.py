@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("optimum.exporters.onnx", reason="export extras not installed")
@@ -42,7 +43,7 @@ def test_onnx_fp32_matches_its_source_and_generates(checkpoint, tmp_path):
     assert spec.token_ids == plain.token_ids
 
 
-@pytest.mark.parametrize("quant", ["int8", "int4", "int4-b128", "int8-dynamic"])
+@pytest.mark.parametrize("quant", ["int8", "int8-weight-only", "int4", "int4-b128"])
 def test_onnx_quantized_exports_load_and_stay_close(checkpoint, tmp_path, quant):
     from edgespec.api import EdgeSpec
 
@@ -50,6 +51,23 @@ def test_onnx_quantized_exports_load_and_stay_close(checkpoint, tmp_path, quant)
     assert m["quantization"] == quant
     assert m["validation"]["perplexity_ratio"] < 2.0
     assert EdgeSpec(str(tmp_path / f"onnx-{quant}"), drafter="none", n_ctx=256).generate("for i", max_tokens=8).token_ids
+
+
+def test_int8_dynamic_quantizes_each_tokens_activations_on_its_own(checkpoint, tmp_path):
+    """A token's logits do not depend on what else shares its batch: one activation
+    scale for a whole batch would let its largest activation (often the first
+    token's) set every token's precision, and a prompt read in one batch would
+    then differ from the same prompt decoded token by token."""
+    from edgespec.runtimes import open_backend
+
+    m = export(checkpoint, tmp_path, "onnx", "int8-dynamic")
+    assert m["validation"]["decode_ms"] > 0
+    ids = list(range(3, 40))
+    with open_backend(tmp_path / "onnx-int8-dynamic", n_ctx=64) as b:
+        batch = np.array(b.eval(ids))
+        b.rollback(0)
+        one_by_one = np.array([b.eval([t])[0] for t in ids])
+    assert np.abs(batch - one_by_one).max() < 1e-3 * np.abs(batch).max()
 
 
 def test_gguf_f16_matches_its_source_in_llama_cpp(checkpoint, tmp_path):

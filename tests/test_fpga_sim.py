@@ -125,6 +125,27 @@ def test_the_cycle_model_reproduces_tellme_v2_within_twenty_percent():
         assert abs(value / TELLME_PUBLISHED[key] - 1) < 0.20, (key, value, TELLME_PUBLISHED[key])
 
 
+def test_the_tellme_design_fits_the_kv260_and_one_the_board_cannot_hold_is_refused():
+    """The design's rates are fabric: lanes take LUTs and the BRAM that streams their
+    weights, attention takes DSPs. More lanes buy a faster (compute-bound) prefill,
+    not a faster (bandwidth-bound) decode."""
+    from dataclasses import replace
+
+    from edgespec.runtimes.fpga_cost import BITNET_0_73B, KV260, TELLME, CostModel, DesignDoesNotFit
+    from edgespec.runtimes.fpga_resources import max_lookups_per_cycle
+
+    tellme = tellme_cost_model()
+    use = tellme.resources.utilization()
+    assert tellme.resources.fits and 0 < use["LUT"] < 0.5 and 0 < use["DSP"] < 0.5
+    lanes = max_lookups_per_cycle(KV260, TELLME, BITNET_0_73B)
+    widest = CostModel(KV260, replace(TELLME, lookups_per_cycle=lanes), BITNET_0_73B)
+    assert max(widest.resources.utilization().values()) > 0.95
+    assert widest.prefill_seconds(128) < tellme.prefill_seconds(128) / 2
+    assert widest.decode_tokens_per_s(128) == pytest.approx(tellme.decode_tokens_per_s(128), rel=0.05)
+    with pytest.raises(DesignDoesNotFit, match="BRAM36"):
+        CostModel(KV260, replace(TELLME, lookups_per_cycle=lanes + 1), BITNET_0_73B)
+
+
 def test_verifying_k_tokens_costs_like_a_short_prefill():
     model = tellme_cost_model()
     one = model.eval_cost(1, 256).seconds
