@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import EdgespecError
 from .fpga_resources import design_resources
 from .tlmm import code_bits, patterns
 
@@ -85,8 +86,8 @@ class Cost:
     bound: str  # what limited the linear layers: "bandwidth" or "compute"
 
 
-class DesignDoesNotFit(ValueError):
-    pass
+class DesignDoesNotFit(EdgespecError, ValueError):
+    """A user-facing refusal: the CLI prints it as one line."""
 
 
 class CostModel:
