@@ -60,11 +60,21 @@ def lane_luts(g: int, n_in: int) -> int:
     return entry_bits(g) * math.ceil(len(patterns(g)) / 4) + acc_bits
 
 
+def widest_input(shape) -> int:
+    """The longest input of the shape's linear layers: it sizes accumulators and the activation tile."""
+    return max(n_in for _, n_in in shape.linears())
+
+
+def adder_luts(design) -> int:
+    """The table builders: one adder per addition a cycle, one LUT a bit."""
+    return math.ceil(design.adds_per_cycle) * entry_bits(design.g)
+
+
 def design_resources(board, design, shape) -> Resources:
     """LUT, DSP, BRAM36 and URAM the design's rates take on `board`, for `shape`'s widest layer."""
-    widest = max(n_in for _, n_in in shape.linears())
+    widest = widest_input(shape)
     lanes = math.ceil(design.lookups_per_cycle)
-    luts = lanes * lane_luts(design.g, widest) + math.ceil(design.adds_per_cycle) * entry_bits(design.g)
+    luts = lanes * lane_luts(design.g, widest) + adder_luts(design)
     dsp = math.ceil(design.attn_macs_per_cycle / INT8_MACS_PER_DSP)
     bram = 2 * math.ceil(lanes * code_bits(design.g) / BRAM_PORT_BITS)
     uram = 2 * math.ceil(design.tile_tokens * widest * 8 / URAM_BITS)
@@ -75,7 +85,6 @@ def design_resources(board, design, shape) -> Resources:
 def max_lookups_per_cycle(board, design, shape) -> int:
     """The most lanes the board holds beside the design's table adders: LUTs for the
     lanes, BRAM for the weight stream that feeds them."""
-    widest = max(n_in for _, n_in in shape.linears())
-    by_lut = (board.lut - math.ceil(design.adds_per_cycle) * entry_bits(design.g)) // lane_luts(design.g, widest)
+    by_lut = (board.lut - adder_luts(design)) // lane_luts(design.g, widest_input(shape))
     by_bram = board.bram_36k // 2 * BRAM_PORT_BITS // code_bits(design.g)
     return max(min(by_lut, by_bram), 0)
