@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .errors import EdgespecError
+from .verifier import SamplingParams
 
 PLAIN = "plain"
 PEER = "llama-cpp-python-lookup"
@@ -86,7 +87,8 @@ def _timed(stream: Iterable[int]) -> tuple[list[int], float]:
 class _LlamaCppPython:
     """llama-cpp-python's own high-level generation, as its users run it."""
 
-    def __init__(self, path: Path, ctx: int, threads: int, lookup: bool, is_eog: Callable[[int], bool]) -> None:
+    def __init__(self, path: Path, ctx: int, threads: int, lookup: bool, is_eog: Callable[[int], bool],
+                 params: SamplingParams = SamplingParams()) -> None:
         from llama_cpp import Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
@@ -95,16 +97,19 @@ class _LlamaCppPython:
             draft_model=LlamaPromptLookupDecoding() if lookup else None, verbose=False,
             # with a draft model Llama keeps logits for every position but sizes that
             # buffer by n_batch unless logits_all is given: past 512 tokens it crashes
-            logits_all=lookup,
+            logits_all=lookup, seed=params.seed if params.seed is not None else 0xFFFFFFFF,
         )
         self.is_eog = is_eog
+        self.params = params
 
     def run(self, ids: list[int], max_tokens: int) -> Run:
         self.llm.reset()  # no prompt cache across methods: each run pays its own prefill
 
         def tokens() -> Iterator[int]:
             n = 0
-            for t in self.llm.generate(ids, temp=0.0, top_k=1, reset=True):
+            p = self.params  # plain sampling, as edgespec's (no min-p, no repeat penalty)
+            for t in self.llm.generate(ids, temp=p.temperature, top_k=1 if p.greedy else p.top_k, top_p=p.top_p,
+                                       min_p=0.0, repeat_penalty=1.0, reset=True):
                 if self.is_eog(t):
                     return
                 yield t
@@ -118,17 +123,18 @@ class _LlamaCppPython:
 
 class _Edgespec:
     def __init__(self, path: Path, drafter: str, ctx: int, threads: int, max_draft: int, device: str = "cpu",
-                 draft_min: int = 0) -> None:
+                 draft_min: int = 0, params: SamplingParams = SamplingParams()) -> None:
         from .api import EdgeSpec
 
         self.llm = EdgeSpec(str(path), drafter=drafter, n_ctx=ctx, threads=threads, max_draft=max_draft, device=device)
         self.llm.engine.controller.min_k = draft_min
+        self.params = params
 
     def run(self, ids: list[int], max_tokens: int) -> Run:
         self.llm.reset()
         d = self.llm.drafter
         before = getattr(d, "steps", 0), getattr(d, "step_s", 0.0)
-        toks, dt = _timed(self.llm.engine.generate(ids, max_tokens))
+        toks, dt = _timed(self.llm.engine.generate(ids, max_tokens, self.params))
         st = self.llm.last_stats
         return Run(toks, dt, st.drafted, st.accepted, st.overhead_ms_per_token, st.steps,
                    list(zip(st.position_tried, st.position_accepted)), getattr(d, "steps", 0) - before[0],
@@ -152,6 +158,7 @@ def run_bench(
     model: str, prompts: list[dict], drafters: list[str], max_tokens: int, ctx: int,
     threads: int | None, max_draft: int, peer: bool, console: Console, onnx: str | None = None,
     devices: list[str] | None = None, uag: bool = False, draft_min: int = 0,
+    params: SamplingParams = SamplingParams(),
 ) -> list[dict]:
     """`onnx`: an ONNX export of the same model; its rows (`onnx:plain`, `onnx:<drafter>`)
     run the same prompts on ONNX Runtime, side by side with llama.cpp's. `devices`
@@ -159,7 +166,9 @@ def run_bench(
     `gpu:<drafter>` (plain there is edgespec's engine without a drafter). `uag`:
     transformers' plain greedy and its universal assisted generation with each model
     drafter (hf_assisted.py), rows `hf:plain` and `hf:uag:<drafter>`. `draft_min`: edgespec's
-    drafters verify at least that many tokens a step (DraftController.min_k)."""
+    drafters verify at least that many tokens a step (DraftController.min_k). `params`: every
+    row decodes with these (sampling: outputs are not compared with plain's, and model
+    drafters sample their drafts)."""
     from .drafters import HYBRID, check_drafter, drafter_backends
     from .planner import uses_model
     from .runtimes.llamacpp import default_threads
@@ -187,17 +196,17 @@ def run_bench(
     _init_backend(others[0] if others else "cpu")  # before anything starts llama.cpp's devices
     on_device: dict[str, _Edgespec] = {}
     with console.status(f"loading {model} for {2 + len(drafters)} methods…"):
-        es = {d: _Edgespec(path, d, ctx, threads, max_draft, draft_min=draft_min) for d in drafters}
-        tmpl = next(iter(es.values())).llm if es else _Edgespec(path, "none", ctx, threads, max_draft).llm
+        es = {d: _Edgespec(path, d, ctx, threads, max_draft, draft_min=draft_min, params=params) for d in drafters}
+        tmpl = next(iter(es.values())).llm if es else _Edgespec(path, "none", ctx, threads, max_draft, params=params).llm
         eog = tmpl.tokenizer.is_eog
-        methods[PLAIN] = _LlamaCppPython(path, ctx, threads, lookup=False, is_eog=eog).run
+        methods[PLAIN] = _LlamaCppPython(path, ctx, threads, lookup=False, is_eog=eog, params=params).run
         if peer:
-            methods[PEER] = _LlamaCppPython(path, ctx, threads, lookup=True, is_eog=eog).run
+            methods[PEER] = _LlamaCppPython(path, ctx, threads, lookup=True, is_eog=eog, params=params).run
         for d, m in es.items():
             methods[_label(d)] = m.run
         if onnx is not None:
             for d in ["none", *drafters]:
-                o = _Edgespec(resolve(onnx), d, ctx, threads, max_draft, draft_min=draft_min)
+                o = _Edgespec(resolve(onnx), d, ctx, threads, max_draft, draft_min=draft_min, params=params)
                 if o.llm.tokenizer.n_vocab != tmpl.tokenizer.n_vocab:
                     raise EdgespecError(f"{onnx} has another vocabulary than {model}: export the same model")
                 methods[f"onnx:{'plain' if d == 'none' else d}"] = o.run
@@ -228,7 +237,7 @@ def run_bench(
     for dev in others:
         with console.status(f"loading {model} on --device {dev}…"):
             for d in ["none", *drafters]:
-                g = _Edgespec(path, d, ctx, threads, max_draft, device=dev, draft_min=draft_min)
+                g = _Edgespec(path, d, ctx, threads, max_draft, device=dev, draft_min=draft_min, params=params)
                 if g.llm.backend.device == "CPU":  # a CPU fallback would only repeat the CPU's rows
                     raise EdgespecError(f"--device {dev}: {g.llm.backend.notice}")
                 if d == "none":
@@ -266,7 +275,7 @@ def run_bench(
                 ref = _plain_of(name, methods)
                 if name == ref:
                     plain_tokens[ref] = r.tokens
-                elif ref in plain_tokens:
+                elif ref in plain_tokens and params.greedy:  # sampled outputs differ run to run
                     for c in (cat, "all"):
                         identical[(name, c)][0] += r.tokens == plain_tokens[ref]
                         identical[(name, c)][1] += 1

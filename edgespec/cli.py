@@ -16,6 +16,7 @@ from rich.table import Table
 
 from .errors import EdgespecError
 from .store import DEFAULT_MODEL
+from .verifier import SamplingParams
 
 app = typer.Typer(
     help="Lossless speculative decoding for on-device LLMs.",
@@ -289,6 +290,9 @@ def bench(
     draft_min: int = typer.Option(0, "--draft-min", min=0, help="Verify at least this many draft tokens a step, "
                                   "paying or not (llama.cpp's --draft-min): compares drafters' acceptance where "
                                   "adaptive drafting would decline."),
+    temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 is greedy. Above 0 every row samples "
+                                      "(plain llama.cpp too) and model drafters sample their drafts."),
+    seed: int = typer.Option(0, "--seed", help="With --temperature: each prompt's sampling seed."),
 ) -> None:
     """Plain llama.cpp, its prompt lookup and edgespec's drafters, side by side in one run.
 
@@ -301,6 +305,8 @@ def bench(
     from .bench import load_prompts, print_rows, run_bench
 
     names = [d.strip() for d in drafters.split(",") if d.strip()]
+    if temperature > 0 and (device_profile or backend != "cpu" or uag):
+        _fail("--temperature is measured on the CPU rows only (not with --device-profile, --backend fpga-sim or --uag)")
     if budget and not device_profile:
         # every method of a measured bench runs in this one process: no budget can hold for each
         _fail("bench takes --memory-budget with --device-profile only; to measure a budget here use "
@@ -331,7 +337,8 @@ def bench(
     if bad or not devices or devices[0] != "cpu" and len(devices) > 1:
         _fail(f"--device takes cpu, or cpu followed by others (cpu,gpu): got {device!r}")
     rows = run_bench(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft, peer, err,
-                     onnx=onnx, devices=devices, uag=uag, draft_min=draft_min)
+                     onnx=onnx, devices=devices, uag=uag, draft_min=draft_min,
+                     params=SamplingParams(temperature=temperature, seed=seed))
     print_rows(rows, out)
     if json_path:
         json_path.write_text(json.dumps(rows, indent=2))

@@ -151,6 +151,7 @@ class Engine:
         drafter = self.drafter
         if drafter is not None:
             t0 = time.perf_counter()
+            drafter.sample_with(None if params.greedy else params, rng)
             drafter.begin(history)
             st.prefill_s += time.perf_counter() - t0  # a model drafter reads the prompt: prompt processing
         ctl = self.controller
@@ -194,7 +195,10 @@ class Engine:
                         st.drafter_model_s += drafter.model_seconds - m0
                         if drafter.model_key is not None and not len(draft):
                             ctl.record_nothing(drafter.model_key)
-                    if len(draft):
+                    if len(draft) and draft.probs is None:
+                        # a sampled draft is verified whole: where the drafter stopped
+                        # depends on its draws, so cutting it by its length would bias
+                        # which tokens get proposed (its length was planned beforehand)
                         draft = draft.truncated(ctl.choose(draft.key, len(draft)))
                     st.draft_s += time.perf_counter() - t0
                 k = len(draft)

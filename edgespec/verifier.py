@@ -96,9 +96,13 @@ def verify_sampling(
     draft[i]), as for n-gram drafts. Token i is accepted with probability
     min(1, p_i(x)/q_i(x)); on rejection the replacement is drawn from
     norm(max(0, p_i - q_i)), so every emitted token is distributed as p.
+    Rows of `draft_probs` narrower than the logits (a drafter that cannot name the
+    target's last ids) give those ids probability 0.
     """
     k = len(draft)
     p = target_probs(logits[: k + 1], params)
+    if draft_probs is not None and draft_probs.shape[1] < p.shape[1]:
+        draft_probs = np.pad(draft_probs[:k], ((0, 0), (0, p.shape[1] - draft_probs.shape[1])))
     for i in range(k):
         x = int(draft[i])
         if draft_probs is None:
@@ -115,18 +119,19 @@ def verify_sampling(
         total = residual.sum()
         if total <= 0.0:  # p == q: any rejection is measure-zero; fall back to p
             residual, total = p[i], p[i].sum()
-        return Verdict(i, _draw(residual / total, rng))
-    return Verdict(k, _draw(p[k], rng))
+        return Verdict(i, draw(residual / total, rng))
+    return Verdict(k, draw(p[k], rng))
 
 
 def sample(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:
     """One token from plain decoding's distribution."""
     if params.greedy:
         return int(np.argmax(logits))
-    return _draw(target_probs(logits, params), rng)
+    return draw(target_probs(logits, params), rng)
 
 
-def _draw(p: np.ndarray, rng: np.random.Generator) -> int:
+def draw(p: np.ndarray, rng: np.random.Generator) -> int:
+    """One index drawn from the probabilities `p`."""
     # inverse-CDF on one uniform: cheaper than rng.choice on a 150k vocabulary
     c = np.cumsum(p)
     return int(min(np.searchsorted(c, rng.random() * c[-1], side="right"), len(p) - 1))

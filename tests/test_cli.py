@@ -94,3 +94,21 @@ def test_every_command_explains_itself_with_an_example(command):
 def test_shell_completion_comes_from_typer():
     r = edgespec("--show-completion", "bash")
     assert r.returncode == 0 and "complete" in r.stdout and "COMP_WORDS" in r.stdout
+
+
+@pytest.mark.real_model
+def test_bench_samples_every_row_at_a_temperature(smollm2_path, tmp_path):
+    out = tmp_path / "rows.json"
+    r = edgespec("bench", "-m", str(smollm2_path), "--drafters", "lookup", "--temperature", "0.8", "--seed", "3",
+                 "--no-peer", "-n", "16", "--limit", "1", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    rows = [row for row in json.loads(out.read_text()) if row["category"] == "all"]
+    assert {row["drafter"] for row in rows} >= {"plain", "lookup"}
+    assert all(row["tokens"] > 0 for row in rows if row["drafter"] in ("plain", "lookup"))
+    # sampled outputs are not compared with plain's: they differ run to run
+    assert all(row["identical_to_plain"] is None for row in rows)
+
+
+def test_bench_refuses_a_temperature_where_it_cannot_measure_one():
+    assert_one_line_error(edgespec("bench", "-m", "smollm2-135m", "--temperature", "0.7", "--uag"),
+                          "--temperature is measured on the CPU rows only")

@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from ..controller import DraftController
+from ..verifier import SamplingParams
 from .base import EMPTY, Draft, Drafter
 
 
@@ -34,6 +35,10 @@ class AutoDrafter(Drafter):
         # up later, in the middle of decoding, the whole prompt would stall one step
         for d in self.drafters:
             d.begin(history)
+
+    def sample_with(self, params: SamplingParams | None, rng: np.random.Generator | None) -> None:
+        for d in self.drafters:
+            d.sample_with(params, rng)
 
     @property
     def model_seconds(self) -> float:

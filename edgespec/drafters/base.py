@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from ..sequence import common_prefix
+
+if TYPE_CHECKING:
+    from ..verifier import SamplingParams
 
 
 @dataclass
@@ -66,6 +69,13 @@ class Drafter(ABC):
     def model_seconds(self) -> float:
         """Total seconds a model drafter has spent evaluating its model."""
         return 0.0
+
+    def sample_with(self, params: SamplingParams | None, rng: np.random.Generator | None) -> None:
+        """How the coming generation decodes: `params` None is greedy. A model
+        drafter then draws its drafts from its own distribution under the same
+        params and returns that distribution (Draft.probs), which lets rejection
+        sampling accept a draft token with probability min(1, p/q) rather than p;
+        model-free drafters propose deterministically either way."""
 
     def begin(self, history: Sequence[int]) -> None:
         """A generation starts from `history` (for chat: all earlier turns too)."""

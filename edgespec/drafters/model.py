@@ -9,8 +9,11 @@ VocabTrim'd drafters (see export/vocabtrim.py) return logits for K kept tokens:
 `backend.vocab_map[row]` is the target id of logits row `row`. Its backend takes
 target ids (a trimmed GGUF reads their rows from its full input embedding); only
 a GGUF trimmed before that existed takes trimmed ids, so target ids are mapped in.
-Drafts are deterministic (the argmax), so rejection sampling stays exact
-whatever the drafter's distribution.
+Greedy drafts are the argmax. In sampling mode drafts are drawn from the
+drafter's own distribution (the same temperature, top-k and top-p as the target)
+and returned with it, so rejection sampling accepts a token with probability
+min(1, p/q) instead of p. Every decision to stop drafting is made before the
+next draw, so a proposed token is always distributed as the q returned with it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 from ..backend import Backend
 from ..export.vocabtrim import input_table, map_inputs
 from ..sequence import common_prefix
+from ..verifier import SamplingParams, draw, target_probs
 from .base import EMPTY, Draft, Drafter
 
 
@@ -38,6 +42,10 @@ class ModelDrafter(Drafter):
         self._to_input: np.ndarray | None = None
         if self.vocab_map is not None and getattr(backend, "inputs_trimmed", False):
             self._to_input = input_table(self.vocab_map)
+        # in sampling mode, the target id a drawn logits row proposes (-1: none);
+        # None is the drafter's own ids (mapped through vocab_map when trimmed)
+        self.sampled_map: np.ndarray | None = None
+        self._sampling: tuple[SamplingParams, np.random.Generator] | None = None
         self._cached: list[int] = []  # target ids whose KV the drafter holds
         self.steps = 0  # one-token drafter evaluations, and their time: the drafter's step latency
         self.step_s = 0.0
@@ -105,22 +113,58 @@ class ModelDrafter(Drafter):
             self.syncs += 1
             self.sync_s += time.perf_counter() - t0
         draft: list[int] = []
+        rows: list[np.ndarray] = []
         while True:
-            row = int(np.argmax(logits))
-            top = float(logits[row])
-            p = 1.0 / float(np.exp(logits - top).sum())
-            if p < self.p_min:
+            pick = self._pick(logits)
+            if pick is None:
                 break
-            tok = int(self.vocab_map[row]) if self.vocab_map is not None else row
+            tok, fed, q = pick
             draft.append(tok)
+            if q is not None:
+                rows.append(q)
             if len(draft) >= k:
                 break
             t0 = time.perf_counter()
-            logits = self._eval([tok])
-            self._cached.append(tok)
+            logits = self._eval([fed])
+            self._cached.append(fed)
             self.steps += 1
             self.step_s += time.perf_counter() - t0
-        return Draft(draft, key="model") if draft else EMPTY
+        if not draft:
+            return EMPTY
+        return Draft(draft, key="model", probs=np.stack(rows) if rows else None)
+
+    def sample_with(self, params: SamplingParams | None, rng: np.random.Generator | None) -> None:
+        self._sampling = None if params is None or rng is None else (params, rng)
+
+    def _pick(self, logits: np.ndarray) -> tuple[int, int, np.ndarray | None] | None:
+        """(proposed target id, id to feed the drafter, q over target ids or None
+        when greedy), or None to stop drafting."""
+        if self._sampling is None:
+            row = int(np.argmax(logits))
+            top = float(logits[row])
+            if 1.0 / float(np.exp(logits - top).sum()) < self.p_min:
+                return None
+            tok = int(self.vocab_map[row]) if self.vocab_map is not None else row
+            return tok, tok, None
+        params, rng = self._sampling
+        q = target_probs(logits, params)
+        if q.max() < self.p_min:  # decided before the draw: what is drawn stays q's
+            return None
+        targets = self.sampled_map if self.sampled_map is not None else self.vocab_map
+        if targets is None:
+            dist = q
+        else:
+            # rows that propose nothing stop the draft when drawn, so what is proposed
+            # follows q restricted to the rows that propose something
+            ok = targets >= 0
+            mass = float(q[ok].sum())
+            if mass <= 0.0:
+                return None
+            dist = np.bincount(targets[ok], weights=q[ok], minlength=int(targets.max()) + 1) / mass
+        row = draw(q, rng)
+        fed = int(self.vocab_map[row]) if self.vocab_map is not None else row
+        tok = fed if targets is None else int(targets[row])
+        return (tok, fed, dist) if tok >= 0 else None
 
     def reset(self) -> None:
         self.backend.rollback(0)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
+
 from ..backend import Tokenizer
 from ..errors import DrafterError
 from ..sequence import common_prefix
@@ -64,6 +66,21 @@ def check_mappable(a: Tokenizer, b: Tokenizer, names: tuple[str, str] = ("drafte
             raise DrafterError(
                 f"the {name}'s vocabulary does not spell plain text back byte for byte "
                 f"(got {got[:40]!r}…): its tokens cannot be mapped to the other model's")
+
+
+def single_token_map(drafter: Tokenizer, target: Tokenizer, width: int) -> np.ndarray:
+    """Drafter id -> the target id whose bytes are the same as one token (-1: none).
+    Control tokens map to nothing: what follows them is not drafted."""
+    index: dict[bytes, int] = {}
+    for t in range(target.n_vocab):
+        if not target.is_special(t):
+            index.setdefault(target.token_bytes(t), t)
+    index.pop(b"", None)
+    out = np.full(width, -1, dtype=np.int64)
+    for d in range(min(drafter.n_vocab, width)):
+        if not drafter.is_special(d):
+            out[d] = index.get(drafter.token_bytes(d), -1)
+    return out
 
 
 class TextView:
