@@ -89,7 +89,7 @@ class _LlamaCppPython:
 
     def __init__(self, path: Path, ctx: int, threads: int, lookup: bool, is_eog: Callable[[int], bool],
                  params: SamplingParams = SamplingParams()) -> None:
-        from llama_cpp import Llama
+        from llama_cpp import LLAMA_DEFAULT_SEED, Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
         self.llm = Llama(
@@ -97,7 +97,7 @@ class _LlamaCppPython:
             draft_model=LlamaPromptLookupDecoding() if lookup else None, verbose=False,
             # with a draft model Llama keeps logits for every position but sizes that
             # buffer by n_batch unless logits_all is given: past 512 tokens it crashes
-            logits_all=lookup, seed=params.seed if params.seed is not None else 0xFFFFFFFF,
+            logits_all=lookup, seed=LLAMA_DEFAULT_SEED if params.seed is None else params.seed,
         )
         self.is_eog = is_eog
         self.params = params

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ..sequence import common_prefix
-
-if TYPE_CHECKING:
-    from ..verifier import SamplingParams
+from ..verifier import SamplingParams
 
 
 @dataclass
