@@ -10,7 +10,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from .runtimes.fpga_cost import BITNET_0_73B, KV260, TELLME_PUBLISHED, tellme_cost_model
+from .runtimes.fpga_cost import BITNET_0_73B, KV260, TELLME, TELLME_PUBLISHED, tellme_cost_model, widest_cost_model
 
 
 def run_fpga_bench(model: str, rows: list[dict], drafters: list[str], max_tokens: int, ctx: int,
@@ -48,3 +48,8 @@ def print_fpga_rows(rows: list[dict], console: Console) -> None:
     console.print(f"board cost of verifying k tokens at context 256, against one token: {curve}", highlight=False)
     console.print(f"fabric the design takes on the {KV260.name} (lanes, table adders, attention DSPs, buffers; "
                   f"control and DMA not counted): {m.resources.summary()}", highlight=False)
+    w, limit = widest_cost_model(KV260, TELLME, BITNET_0_73B)
+    console.print(f"the widest TLMM the {KV260.name} holds: {w.design.lookups_per_cycle:,} lanes (against "
+                  f"{m.design.lookups_per_cycle:,}), limited by {limit}: TTFT 128 tokens {w.prefill_seconds(128):.2f} s "
+                  f"(against {m.prefill_seconds(128):.2f} s), decode {w.decode_tokens_per_s(128):.1f} tok/s "
+                  f"(against {m.decode_tokens_per_s(128):.1f}; {w.eval_cost(1, 128).bound}-bound)", highlight=False)

@@ -156,3 +156,18 @@ TELLME_PUBLISHED = {"decode_tokens_per_s": 25.0, "ttft_64_s": 0.45, "ttft_128_s"
 def tellme_cost_model() -> CostModel:
     """TeLLMe v2's configuration: its model on the KV260 with its TLMM design."""
     return CostModel(KV260, TELLME, BITNET_0_73B)
+
+
+def widest_cost_model(board: Board, design: Design, shape: Shape) -> tuple[CostModel, str]:
+    """The design with as many TLMM lanes as the board holds (fpga_resources), and the
+    resource that stops it."""
+    from dataclasses import replace
+
+    from .fpga_resources import max_lookups_per_cycle
+
+    lanes = max_lookups_per_cycle(board, design, shape)
+    if lanes < 1:
+        raise DesignDoesNotFit(f"not one TLMM lane fits the {board.name} beside the design's table adders")
+    model = CostModel(board, replace(design, lookups_per_cycle=lanes), shape)
+    use = model.resources.utilization()
+    return model, max(use, key=use.get)

@@ -131,15 +131,14 @@ def test_the_tellme_design_fits_the_kv260_and_one_the_board_cannot_hold_is_refus
     not a faster (bandwidth-bound) decode."""
     from dataclasses import replace
 
-    from edgespec.runtimes.fpga_cost import BITNET_0_73B, KV260, TELLME, CostModel, DesignDoesNotFit
-    from edgespec.runtimes.fpga_resources import max_lookups_per_cycle
+    from edgespec.runtimes.fpga_cost import BITNET_0_73B, KV260, TELLME, CostModel, DesignDoesNotFit, widest_cost_model
 
     tellme = tellme_cost_model()
     use = tellme.resources.utilization()
     assert tellme.resources.fits and 0 < use["LUT"] < 0.5 and 0 < use["DSP"] < 0.5
-    lanes = max_lookups_per_cycle(KV260, TELLME, BITNET_0_73B)
-    widest = CostModel(KV260, replace(TELLME, lookups_per_cycle=lanes), BITNET_0_73B)
-    assert max(widest.resources.utilization().values()) > 0.95
+    widest, limit = widest_cost_model(KV260, TELLME, BITNET_0_73B)
+    lanes = widest.design.lookups_per_cycle
+    assert limit == "BRAM36" and widest.resources.utilization()[limit] > 0.95
     assert widest.prefill_seconds(128) < tellme.prefill_seconds(128) / 2
     assert widest.decode_tokens_per_s(128) == pytest.approx(tellme.decode_tokens_per_s(128), rel=0.05)
     with pytest.raises(DesignDoesNotFit, match="BRAM36"):
@@ -166,6 +165,7 @@ def test_bench_on_fpga_sim_prints_simulated_figures_beside_measured_acceptance(s
                  "--drafters", "lookup", "-n", "24", "--json", str(tmp_path / "rows.json"))
     assert r.returncode == 0, r.stderr
     assert "cycle model against TeLLMe v2's published figures" in r.stdout
+    assert "the widest TLMM the kv260 holds: 1,036 lanes" in r.stdout
     rows = {(x["category"], x["method"]): x for x in json.loads((tmp_path / "rows.json").read_text())}
     plain, lookup = rows[("code", "plain")], rows[("code", "lookup")]
     assert plain["acceptance"] is None and lookup["drafted"] > 0 and 0 <= lookup["acceptance"] <= 1
