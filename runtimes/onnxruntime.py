@@ -1,8 +1,15 @@
 """The ONNX Runtime backend: a decoder exported with its KV cache (optimum's
 `text-generation-with-past` layout) that returns logits for every input position.
 
-The KV cache lives in numpy arrays between runs. Rolling back is slicing them;
-evaluating k draft tokens is one run with a k-token `input_ids`.
+The KV cache lives in numpy arrays between runs; evaluating k draft tokens is one
+run with a k-token `input_ids`. Rolling back copies nothing at first: the rejected
+rows stay in the cache, masked out by `attention_mask`, and the tokens after them
+take their positions from `position_ids`. Copying the kept prefix on every
+rejection measured half of a 5-token verification step at context 2048 on
+SmolLM2-135M int8 (58 of 114 ms: a fresh 90 MB array pages in). The cache is
+compacted once the masked rows pass an eighth of it. (The graph's own Concat of
+past and new rows still copies the cache every run: optimum's layout has no
+in-place cache.)
 """
 
 from __future__ import annotations
@@ -81,6 +88,7 @@ class OnnxBackend(Backend):
         shape = (1, self.n_head_kv, 0, self.head_dim)
         self._kv = [np.zeros(shape, self._kv_dtype) for _ in self._past_names]
         self._n_past = 0
+        self._live = np.zeros(0, np.int64)  # per cache row: 1 if it holds a kept token, 0 if rolled back
 
     @property
     def n_past(self) -> int:
@@ -93,16 +101,20 @@ class OnnxBackend(Backend):
         if self._n_past + n > self.n_ctx:
             raise ContextOverflowError(f"context full: {self._n_past} + {n} tokens exceed the context of {self.n_ctx}")
         n_logits = n if n_logits is None else n_logits
+        if len(self._live) + n > self.n_ctx:  # masked rows never take the cache past the context
+            self._compact()
         feed: dict[str, np.ndarray] = {"input_ids": np.asarray([ids], dtype=np.int64)}
+        live = np.concatenate([self._live, np.ones(n, np.int64)])
         if self._has_mask:
-            feed["attention_mask"] = np.ones((1, self._n_past + n), dtype=np.int64)
+            feed["attention_mask"] = live[None]
         if self._has_pos:
             feed["position_ids"] = np.arange(self._n_past, self._n_past + n, dtype=np.int64)[None]
         if self._cache_branch:
-            feed["use_cache_branch"] = np.array([self._n_past > 0])
+            feed["use_cache_branch"] = np.array([len(self._live) > 0])
         feed.update(zip(self._past_names, self._kv))
         outs = self._sess.run(["logits", *self._present_names], feed)
         self._kv = outs[1:]
+        self._live = live
         self._n_past += n
         self._max_outputs = max(self._max_outputs, n)
         logits = outs[0][0, n - n_logits :]
@@ -110,10 +122,25 @@ class OnnxBackend(Backend):
 
     def rollback(self, n_past: int) -> None:
         self._check_rollback(n_past)
-        if n_past < self._n_past:
-            # ONNX Runtime needs contiguous inputs: copy the kept prefix once here
-            self._kv = [np.ascontiguousarray(kv[:, :, :n_past]) for kv in self._kv]
-            self._n_past = n_past
+        if n_past >= self._n_past:
+            return
+        # the rolled-back tokens are the last live rows: mask them
+        self._live[np.flatnonzero(self._live)[n_past:]] = 0
+        self._n_past = n_past
+        stale = len(self._live) - n_past
+        if n_past == 0 or not (self._has_mask and self._has_pos) or stale > max(64, len(self._live) // 8):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the masked rows (ONNX Runtime needs contiguous inputs, so this copies)."""
+        if self._n_past == len(self._live):
+            return
+        keep = np.flatnonzero(self._live)
+        if not len(keep) or keep[-1] == len(keep) - 1:  # the live rows are a prefix
+            self._kv = [np.ascontiguousarray(kv[:, :, : len(keep)]) for kv in self._kv]
+        else:
+            self._kv = [np.ascontiguousarray(kv[:, :, keep]) for kv in self._kv]
+        self._live = np.ones(len(keep), np.int64)
 
     def kv_bytes_per_token(self) -> int:
         return 2 * self.n_layer * self.n_head_kv * self.head_dim * np.dtype(self._kv_dtype).itemsize
@@ -125,7 +152,7 @@ class OnnxBackend(Backend):
             weights += data.stat().st_size
         return {
             "weights": weights,
-            "kv_cache": self.kv_bytes_per_token() * self._n_past,
+            "kv_cache": self.kv_bytes_per_token() * len(self._live),  # rolled-back rows included
             "logits": self._max_outputs * self.n_vocab * 4,
         }
 

@@ -43,6 +43,34 @@ def test_onnx_fp32_matches_its_source_and_generates(checkpoint, tmp_path):
     assert spec.token_ids == plain.token_ids
 
 
+def test_onnx_rollback_masks_rejected_rows_and_compacts_them_later(checkpoint, tmp_path):
+    """Rolling back on ONNX Runtime copies nothing: the rejected draft's cache rows
+    stay, masked out, and what follows reads as if they had never been evaluated.
+    Once the masked rows pass an eighth of the cache they are dropped."""
+    from edgespec.runtimes import open_backend
+
+    export(checkpoint, tmp_path, "onnx", "fp32")
+    ids = list(range(3, 43))
+    with open_backend(tmp_path / "onnx-fp32", n_ctx=256) as b:
+        straight = np.array(b.eval(ids))
+        b.rollback(0)
+        b.eval(ids[:20])
+        b.eval([7, 8, 9, 10, 11])  # a draft, rejected whole
+        b.rollback(20)
+        assert b.n_past == 20 and b.memory()["kv_cache"] == 25 * b.kv_bytes_per_token()  # masked, not copied
+        after = np.array(b.eval(ids[20:]))
+        for _ in range(20):  # rejected drafts pile up until the cache is compacted
+            b.eval([5] * 4)
+            b.rollback(40)
+        assert b.memory()["kv_cache"] < (40 + 64 + 4) * b.kv_bytes_per_token()
+        last = np.array(b.eval([6]))
+        b.rollback(0)
+        b.eval(ids)
+        clean = np.array(b.eval([6]))
+    assert np.abs(after - straight[20:]).max() < 1e-4 * np.abs(straight).max()
+    assert np.abs(last - clean).max() < 1e-4 * np.abs(clean).max()
+
+
 @pytest.mark.parametrize("quant", ["int8", "int8-weight-only", "int4", "int4-b128"])
 def test_onnx_quantized_exports_load_and_stay_close(checkpoint, tmp_path, quant):
     from edgespec.api import EdgeSpec
