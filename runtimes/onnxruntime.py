@@ -81,6 +81,10 @@ class OnnxBackend(Backend):
         n_ctx_train = int(cfg.get("max_position_embeddings") or n_ctx)
         self.n_ctx = min(n_ctx, n_ctx_train)
         self.vocab_map, self.inputs_trimmed = read_vocab_map(self.path)  # a VocabTrim'd drafter
+        # masking rolled-back rows needs positions from position_ids; a sliding window counts
+        # cache rows, masked ones too, so such models copy on every rollback instead
+        sliding = cfg.get("sliding_window") and cfg.get("use_sliding_window", True)
+        self._masks_rollback = self._has_mask and self._has_pos and not sliding
         self._reset_kv()
         self._max_outputs = 1
 
@@ -128,7 +132,7 @@ class OnnxBackend(Backend):
         self._live[np.flatnonzero(self._live)[n_past:]] = 0
         self._n_past = n_past
         stale = len(self._live) - n_past
-        if n_past == 0 or not (self._has_mask and self._has_pos) or stale > max(64, len(self._live) // 8):
+        if n_past == 0 or not self._masks_rollback or stale > max(64, len(self._live) // 8):
             self._compact()
 
     def _compact(self) -> None:
