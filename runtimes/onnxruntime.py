@@ -7,7 +7,7 @@ rows stay in the cache, masked out by `attention_mask`, and the tokens after the
 take their positions from `position_ids`. Copying the kept prefix on every
 rejection measured half of a 5-token verification step at context 2048 on
 SmolLM2-135M int8 (58 of 114 ms: a fresh 90 MB array pages in). The cache is
-compacted once the masked rows pass an eighth of it. (The graph's own Concat of
+compacted once the masked rows pass an eighth of it (and 64 rows). (The graph's own Concat of
 past and new rows still copies the cache every run: optimum's layout has no
 in-place cache.)
 """
