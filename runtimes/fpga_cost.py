@@ -24,10 +24,10 @@ publish them they are calibrated, which the profile says (see README, FPGA simul
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import EdgespecError
-from .fpga_resources import design_resources
+from .fpga_resources import design_resources, max_lookups_per_cycle
 from .tlmm import code_bits, patterns
 
 
@@ -161,10 +161,6 @@ def tellme_cost_model() -> CostModel:
 def widest_cost_model(board: Board, design: Design, shape: Shape) -> tuple[CostModel, str]:
     """The design with as many TLMM lanes as the board holds (fpga_resources), and the
     resource that stops it."""
-    from dataclasses import replace
-
-    from .fpga_resources import max_lookups_per_cycle
-
     lanes = max_lookups_per_cycle(board, design, shape)
     if lanes < 1:
         raise DesignDoesNotFit(f"not one TLMM lane fits the {board.name} beside the design's table adders")

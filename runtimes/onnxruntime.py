@@ -140,10 +140,7 @@ class OnnxBackend(Backend):
         if self._n_past == len(self._live):
             return
         keep = np.flatnonzero(self._live)
-        if not len(keep) or keep[-1] == len(keep) - 1:  # the live rows are a prefix
-            self._kv = [np.ascontiguousarray(kv[:, :, : len(keep)]) for kv in self._kv]
-        else:
-            self._kv = [np.ascontiguousarray(kv[:, :, keep]) for kv in self._kv]
+        self._kv = [np.take(kv, keep, axis=2) for kv in self._kv]  # a new contiguous array
         self._live = np.ones(len(keep), np.int64)
 
     def kv_bytes_per_token(self) -> int:
