@@ -4,16 +4,16 @@ It searches context size, KV cache type, micro-batch, weight loading, drafter
 and draft length over the memory model (footprint.py) and keeps the best that
 fits: an unquantized KV cache first (a quantized one changes the model's own
 output), then the context the user asked for (a conversation needs it), then the
-drafter asked for before its fallbacks. The draft length is the largest that
-fits, because the controller only shortens drafts that do not pay; the predicted
-speed-up is reported beside the plan.
-Pure: no model is loaded, so it is tested without one.
+drafter asked for before its fallbacks (that drafter VocabTrim'd, then model-free
+drafting). The draft length is the largest that fits, because the controller
+only shortens drafts that do not pay; the predicted speed-up is reported beside
+the plan. `plan` is pure: no model is loaded, so it is tested without one.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
@@ -32,6 +32,10 @@ PRIOR_ACCEPT = {"model": 0.7, "free": 0.6}
 # A k-token verification costs about this much more than one token per extra token
 # where nothing was measured (the bench's calibration curve replaces it).
 DEFAULT_BATCH_SLOPE = 0.25
+# VocabTrim sizes the planner may cut a same-vocabulary drafter model to, largest first, where
+# the model as named does not fit a budget (export/gguf_trim.py builds the one chosen, once)
+TRIM_KS = (32768, 16384, 8192)
+TRIM_MARK = "@trim"
 # Plans fill at most this share of a budget: the memory model's error against
 # measured peak RSS was within 4% on the models profiled (README, "Memory").
 HEADROOM = 0.95
@@ -129,17 +133,40 @@ def named_drafters(drafter: str) -> list[str]:
     return list(dict.fromkeys(d.strip() for d in drafter.split(",") if d.strip()))
 
 
-def drafter_candidates(drafter: str) -> list[tuple[str, int]]:
+def drafter_candidates(drafter: str, trims: Sequence[str] = ()) -> list[tuple[str, int]]:
     """The drafters a plan may choose, each with its tier: those named first (tier 0, ranked
-    among themselves by predicted throughput), then what to fall back to when none fits: the
-    model-free hybrid where a model was named (1), then plain decoding (2)."""
+    among themselves by predicted throughput), then what to fall back to when none fits: a
+    named model trimmed (`trims`, in their order: the most tokens kept first, since trimming
+    costs acceptance), the model-free hybrid where a model was named, then plain decoding."""
     named = named_drafters(drafter)
-    out = [(d, 0) for d in named]
+    out = [(d, 0) for d in named] + [(t, 1 + i) for i, t in enumerate(trims)]
     if any(uses_model(d) for d in named) and "auto" not in named:
-        out.append(("auto", 1))
+        out.append(("auto", 1 + len(trims)))
     if "none" not in named:
-        out.append(("none", 2))
+        out.append(("none", 2 + len(trims)))
     return out
+
+
+def trimmed_facts(facts: ModelFacts, k: int) -> ModelFacts:
+    """A drafter model's facts once trimmed to `k` tokens as gguf_trim does it: the rows of its
+    token embedding and LM head cut to k, each row its bytes as before (sliced, not quantized
+    again), every other tensor as it is; the full embedding beside it is mapped and read by the
+    row, like the file pages of tokens never seen (outside this model, as for any trimmed export)."""
+    share = k / facts.n_vocab
+    embd, out = round(facts.embd_bytes * share), round(facts.output_bytes * share)
+    cut = facts.embd_bytes - embd + facts.output_bytes - out
+    return replace(facts, n_vocab=k, n_tokens=facts.n_tokens - (facts.n_vocab - k), embd_bytes=embd,
+                   output_bytes=out, tensor_bytes=facts.tensor_bytes - cut, file_bytes=facts.file_bytes - cut,
+                   vocab_coverage=None)
+
+
+def trim_candidates(target: ModelFacts, drafters: Mapping[str, ModelFacts]) -> dict[str, ModelFacts]:
+    """The trims a plan may fall back to (`NAME@trimK`): each named drafter model of the target's
+    own vocabulary that is not trimmed already, cut to each of TRIM_KS below its vocabulary."""
+    return {f"{d}{TRIM_MARK}{k}": trimmed_facts(f, k) for d, f in drafters.items()
+            if f.n_vocab == target.n_vocab and f.vocab_coverage is None and f.embd_bytes
+            and not (Path(f.path).parent / "vocab_map.json").is_file()
+            for k in TRIM_KS if k < f.n_vocab}
 
 
 def uses_model(drafter: str) -> bool:
@@ -202,6 +229,7 @@ def plan(
     draft_costs: Mapping[str, float] | None = None,
     cost_source: str = "measured on this machine",
     draft_accept: Mapping[str, float] | None = None,
+    trims: Mapping[str, ModelFacts] | None = None,
 ) -> Plan:
     """The best configuration within `budget` bytes (None: no limit, llama.cpp's defaults).
     With `gpu`, it also chooses how many layers to offload (as many as fit, before a
@@ -223,6 +251,9 @@ def plan(
     if not named:
         raise ValueError("no drafter named")
     models = _drafter_models(named, drafter_model)
+    n_named = len(models)
+    trims = dict(trims or {}) if budget is not None else {}
+    models.update(trims)
 
     def speedup(d: str, k: int) -> float:
         return predicted_speedup(d, k, target, models.get(d), batch_costs, (draft_costs or {}).get(d),
@@ -232,7 +263,7 @@ def plan(
         verify = f"verification costs {cost_source}" if batch_costs is not None else "a verification prior"
 
         def which(measured: list[str]) -> str:
-            return f" for {', '.join(measured)}" if measured and len(measured) < len(models) else ""
+            return f" for {', '.join(measured)}" if measured and len(measured) < n_named else ""
 
         steps = [d for d in models if d in (draft_costs or {})]
         accepted = [d for d in models if d in (draft_accept or {})]
@@ -269,7 +300,7 @@ def plan(
     best: dict[str, tuple] = {}  # per drafter: its best (key, configuration)
     for ctx in ctxs:
         for q, kv in enumerate(_kv_types(gpu)):
-            for d, tier in drafter_candidates(drafter):
+            for d, tier in drafter_candidates(drafter, list(trims)):
                 dm = models.get(d)
                 for ngl in _offload_candidates(target, gpu, ctx, kv):
                     for nb in BATCHES:
@@ -424,12 +455,16 @@ def plan_for_profile(target: ModelFacts, profile: "DeviceProfile", budget: int |
 
 
 def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: int = 16,
-              budget: int | str | None = None, device: str = "cpu") -> Plan | None:
+              budget: int | str | None = None, device: str = "cpu", trim: bool = True) -> Plan | None:
     """The plan for a model file and drafter name, this process's memory now as the
     baseline. None without a budget for models the memory model does not cover
     (ONNX exports); with a budget they are refused. With `device` gpu or auto, the
     GPU llama.cpp would use is planned for (see `plan`); a budget then first measures the
-    driver's memory for these models, once per machine (driver_memory.py)."""
+    driver's memory for these models, once per machine (driver_memory.py).
+
+    On the CPU, where a drafter model of the target's vocabulary does not fit the budget
+    but would once VocabTrim'd, the plan trims it (`trim`; the most tokens that fit, built
+    once into the cache by export/gguf_trim.py) and drafts with the trimmed model."""
     from .drafters import check_drafter
     from .footprint import parse_bytes, process_rss
     from .runtimes import model_file
@@ -458,8 +493,6 @@ def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: i
         raise BudgetError("a GPU plan takes one model drafter (its driver's memory is measured for that pair): "
                           f"name one of {', '.join(drafter_facts)}")
     if gpu is not None:  # a budget needs the driver's memory measured; a prediction uses it when known
-        from dataclasses import replace
-
         from .driver_memory import measured
 
         widths = max_draft + 1 if drafter != "none" else 1  # the verification widths the plan may run
@@ -473,8 +506,25 @@ def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: i
             driver = measured(facts, device, gpu.name, BATCHES[0], widths)
         gpu = replace(gpu, driver=driver)
     batch_costs, draft_costs = measured_costs(target_file, files, max_draft) if gpu is None else (None, {})
-    return plan(target, budget, drafter, drafter_facts, n_ctx=n_ctx, max_draft=max_draft, baseline=baseline, gpu=gpu,
-                batch_costs=batch_costs, draft_costs=draft_costs, draft_accept=measured_acceptance(target_file, files))
+    trims = trim_candidates(target, drafter_facts) if trim and budget is not None and gpu is None else {}
+    p = plan(target, budget, drafter, drafter_facts, n_ctx=n_ctx, max_draft=max_draft, baseline=baseline, gpu=gpu,
+             batch_costs=batch_costs, draft_costs=draft_costs, draft_accept=measured_acceptance(target_file, files),
+             trims=trims)
+    if p.drafter not in trims:
+        return p
+    from .export.gguf_trim import cached_trim
+
+    from .drafters import HYBRID
+
+    base, k = p.drafter.rsplit(TRIM_MARK, 1)
+    built = cached_trim(files[base], int(k))
+    # planned again on the file itself: its own facts, and its measured costs once it has drafted
+    hybrid = HYBRID if base.startswith(HYBRID) else ""
+    q = make_plan(model_path, hybrid + str(built), n_ctx, max_draft, budget, device, trim=False)
+    assert q is not None
+    q.notes.insert(0, f"{base.removeprefix(HYBRID)} trimmed to its {k} most used tokens (VocabTrim, in {built.parent}): with its full "
+                      f"vocabulary it does not fit at context {p.n_ctx}")
+    return q
 
 
 def measured_acceptance(target: Path, drafters: Mapping[str, Path]) -> dict[str, float]:

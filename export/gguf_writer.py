@@ -91,30 +91,12 @@ def write_gguf(model, checkpoint: Path, out: Path, tokenizer_gguf: Path | None =
     w.close()
 
 
-_PER_TOKEN = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores")
-
-
 def _copy_tokenizer(w, src: Path, keep: np.ndarray | None = None) -> None:
     """Every tokenizer.* key of the source GGUF, with its original value types."""
-    import gguf
-
     from ..gguf_check import read_gguf
+    from .gguf_trim import copy_fields
 
-    r = read_gguf(src)
-    new_id = {int(t): i for i, t in enumerate(keep)} if keep is not None else None
-    for key, field in r.fields.items():
-        if not key.startswith("tokenizer."):
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        value = field.contents()
-        if new_id is not None and key in _PER_TOKEN:
-            value = [value[int(i)] for i in keep]
-        elif new_id is not None and key.endswith("_token_id"):
-            if int(value) not in new_id:
-                continue  # that special token was not kept
-            value = new_id[int(value)]
-        w.add_key_value(key, value, vtype, sub)
+    copy_fields(w, read_gguf(src), keep, prefix="tokenizer.")
 
 
 # pre-tokenizer regexes llama.cpp knows by name (its converter identifies them by

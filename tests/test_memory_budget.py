@@ -106,3 +106,47 @@ def test_reserving_fewer_logits_rows_changes_no_logit(smollm2_path):
     finally:
         full.close()
         bounded.close()
+
+
+def test_a_drafter_that_fits_only_trimmed_is_trimmed_once_and_drafts_losslessly(smollm2_path, tmp_path, monkeypatch,
+                                                                                capsys):
+    """SmolLM2-135M drafting for itself: under a budget its full vocabulary does not fit, the plan
+    trims the drafter (VocabTrim, sliced from the GGUF as it is) and speculation stays lossless."""
+    from pathlib import Path
+
+    import edgespec.store
+    from conftest import always_draft
+    from edgespec.api import EdgeSpec
+    from edgespec.drafters import make_drafter
+    from edgespec.engine import Engine
+    from edgespec.planner import TRIM_KS, make_plan
+    from prompts import PROMPTS
+    from test_real_lossless import assert_lossless_up_to_near_ties
+
+    monkeypatch.setattr(edgespec.store, "cache_dir", lambda: tmp_path)  # trims are built into this cache
+    model = str(smollm2_path)
+    from edgespec.footprint import process_rss
+
+    budget = process_rss()["rss"] + 400_000_000  # a budget covers this whole process, whatever ran in it before
+    while make_plan(model, model, 1024, 8, budget, trim=False).drafter == model:
+        budget -= 2_000_000  # down to where the drafter as it is no longer fits
+    budget -= 2_000_000  # a little lower still: this process's memory moves a little between plans
+    p = make_plan(model, model, 1024, 8, budget)
+    trimmed = Path(p.drafter)
+    assert trimmed.parent.parent == tmp_path / "trimmed" and p.n_ctx == 1024 and p.footprint.total <= budget
+    assert "trimmed to its" in p.notes[0] and "with its full vocabulary it does not fit" in p.notes[0]
+    manifest = json.loads((trimmed.parent / "manifest.json").read_text())
+    assert manifest["trim_k"] in TRIM_KS and manifest["source_sha256"]
+    assert make_plan(model, model, 1024, 8, budget).drafter == p.drafter  # built once: found by the next plan
+
+    llm = EdgeSpec(model, drafter="none", n_ctx=1024)
+    prompt_ids = [llm.chat_ids([{"role": "user", "content": q}]) for q in PROMPTS[:4]]
+    plain = []
+    for ids in prompt_ids:
+        llm.engine.reset()
+        plain.append(list(llm.engine.generate(ids, 128)))
+    controller = always_draft(max_k=8)
+    drafter = make_drafter(p.drafter, llm.tokenizer.n_vocab, controller, llm.tokenizer, n_ctx=1024)
+    assert drafter.backend.vocab_map is not None  # it drafts with the trimmed head
+    engine = Engine(llm.backend, drafter, controller=controller, calibrate=False)
+    assert_lossless_up_to_near_ties(engine, prompt_ids, plain, f"smollm2-135m trimmed to {manifest['trim_k']}", capsys)

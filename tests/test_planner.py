@@ -349,3 +349,27 @@ def test_a_pairs_measured_acceptance_replaces_the_prior(tmp_path, monkeypatch):
                                 {"model": [calibration.ACCEPT_WINDOW, 0]})
     n, a = calibration.acceptance(target, full)
     assert n == (60 + calibration.ACCEPT_WINDOW) // 2 and a == 53 // 2  # the rate a blend of old and new
+
+
+def test_a_drafter_that_fits_only_trimmed_is_planned_trimmed_with_the_most_tokens_that_fit():
+    from edgespec.planner import TRIM_KS, trim_candidates
+
+    q05 = replace(QWEN05, embd_bytes=111_000_000)  # its tied embedding and LM head, Q6_K
+    trims = trim_candidates(QWEN15, {"qwen05": q05, "smollm2": SMOL})  # SmolLM2's vocabulary is another
+    assert list(trims) == [f"qwen05@trim{k}" for k in TRIM_KS]
+    t = trims["qwen05@trim16384"]  # rows sliced, each as many bytes as before
+    assert t.n_vocab == 16384 and t.embd_bytes == round(111_000_000 * 16384 / 151936)
+    assert q05.tensor_bytes - t.tensor_bytes == q05.embd_bytes - t.embd_bytes
+    # without a budget, or where the drafter fits as it is, nothing is trimmed
+    assert plan(QWEN15, None, "qwen05", q05, baseline=BASE, repack=True, trims=trims).drafter == "qwen05"
+    assert plan(QWEN15, 3000 * MB, "qwen05", q05, baseline=BASE, repack=True, trims=trims).drafter == "qwen05"
+    budget, chosen = 3000 * MB, []
+    while not chosen or chosen[-1] != "auto":
+        budget -= 2 * MB
+        p = plan(QWEN15, budget, "qwen05", q05, baseline=BASE, repack=True, trims=trims)
+        assert p.footprint.total <= budget and p.n_ctx == 4096
+        if p.drafter != "qwen05" and (not chosen or chosen[-1] != p.drafter):
+            chosen.append(p.drafter)
+            assert f"drafter {p.drafter} instead of qwen05: qwen05 does not fit" in p.notes
+    # as the budget shrinks: the most tokens that fit, fewer, then model-free drafting
+    assert chosen == [f"qwen05@trim{k}" for k in TRIM_KS] + ["auto"]

@@ -1,0 +1,193 @@
+"""VocabTrim straight on a GGUF file, as the memory planner does it for a drafter.
+
+`edgespec export --trim-vocab` goes through transformers and quantizes again; a
+planner that trims a drafter so it fits a budget needs neither: the kept rows of
+the token embedding and LM head are sliced out of the quantized tensors as they
+are (a row of a block-quantized tensor is a whole number of blocks), every other
+tensor is copied byte for byte, and token use is counted by llama.cpp itself.
+The result is an export folder like the pipeline's: model.gguf, vocab_map.json,
+input_embd.gguf (the source's full embedding, its own type: a context token
+outside the kept set reads exactly as in the source) and manifest.json.
+
+Run as `python -m edgespec.export.gguf_trim SRC K OUT`: counting holds a chunk's
+logits (K-independent, the full vocabulary), which a planner's process, measured
+against a budget, should not keep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .source import ExportError
+from .vocabtrim import INPUT_EMBEDDING, choose_keep, default_calibration, write_vocab_map
+
+HEADS = ("token_embd.weight", "output.weight")
+_PER_TOKEN = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores")
+
+
+def count_tokens(model_path: Path, texts: Sequence[str], chunk: int = 128) -> np.ndarray:
+    """Each text token and each of the model's greedy next-token predictions (teacher-forced),
+    counted once, as `vocabtrim.token_counts` does in transformers."""
+    from ..runtimes.llamacpp import LlamaCppBackend
+
+    with LlamaCppBackend(model_path, n_ctx=chunk, n_batch=chunk) as b:
+        counts = np.zeros(b.n_vocab, dtype=np.int64)
+        for text in texts:
+            ids = b.tokenizer.encode(text, add_bos=False, special=False)
+            for s in range(0, len(ids), chunk):
+                part = ids[s : s + chunk]
+                b.rollback(0)
+                np.add.at(counts, part, 1)
+                np.add.at(counts, b.eval(part).argmax(axis=1), 1)
+    return counts
+
+
+def copy_fields(w, reader, keep: np.ndarray | None = None, prefix: str = "") -> None:
+    """Metadata of `reader` into writer `w` with its value types; with `keep`, per-token
+    arrays cut to those ids and special-token ids renumbered (a special token not kept
+    is dropped). The writer sets the architecture and alignment itself."""
+    import gguf
+
+    new_id = {int(t): i for i, t in enumerate(keep)} if keep is not None else None
+    for key, field in reader.fields.items():
+        if not key.startswith(prefix) or key.startswith("GGUF.") or key in ("general.architecture",
+                                                                             "general.alignment"):
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        value = field.contents()
+        if new_id is not None and key in _PER_TOKEN:
+            value = [value[int(i)] for i in keep]
+        elif new_id is not None and key.endswith("_token_id") and key.startswith("tokenizer."):
+            if int(value) not in new_id:
+                continue
+            value = new_id[int(value)]
+        elif new_id is not None and key.endswith(".vocab_size"):
+            value = len(keep)
+        w.add_key_value(key, value, vtype, sub)
+
+
+def _add(w, name: str, data: np.ndarray, qtype) -> None:
+    # quantized (and bf16) rows come as bytes; the writer derives the shape from their type
+    w.add_tensor(name, np.ascontiguousarray(data), raw_dtype=qtype if data.dtype == np.uint8 else None)
+
+
+def trim_gguf(src: Path, keep: np.ndarray, out: Path) -> None:
+    """`src` with its vocabulary, token embedding and LM head cut to `keep` (in that order)
+    into `out`; the source's full token embedding goes to input_embd.gguf beside it."""
+    import gguf
+
+    from ..gguf_check import read_gguf
+
+    r = read_gguf(src)
+    arch = str(r.fields["general.architecture"].contents())
+    w = gguf.GGUFWriter(str(out / "model.gguf"), arch)
+    copy_fields(w, r, keep)
+    embd = None
+    for t in r.tensors:
+        data = t.data
+        if t.name in HEADS:
+            if len(data) <= int(keep.max()):
+                raise ExportError(f"{src}: {t.name} has {len(data)} rows, fewer than the vocabulary")
+            if t.name == "token_embd.weight":
+                embd = t
+            data = data[keep]
+        _add(w, t.name, data, t.tensor_type)
+    if embd is None:
+        raise ExportError(f"{src} has no token_embd.weight to trim")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    e = gguf.GGUFWriter(str(out / INPUT_EMBEDDING), arch)
+    _add(e, embd.name, embd.data, embd.tensor_type)
+    e.write_header_to_file()
+    e.write_kv_data_to_file()
+    e.write_tensors_to_file()
+    e.close()
+
+
+def write_trimmed(src: Path, k: int, out: Path, texts: Sequence[str] | None = None) -> dict:
+    """An export folder holding `src` trimmed to its K most used tokens (see module doc);
+    written in a scratch folder renamed into place, so an interrupted trim leaves nothing."""
+    import gguf
+
+    from ..export_check import MANIFEST, file_digests
+    from ..gguf_check import read_gguf
+    from ..store import sha256_file
+
+    src, out = Path(src), Path(out)
+    t0 = time.perf_counter()
+    counts = count_tokens(src, texts if texts is not None else default_calibration())
+    r = read_gguf(src)
+    types = r.fields.get("tokenizer.ggml.token_type")
+    control = int(gguf.TokenType.CONTROL)  # always kept, as the pipeline keeps special tokens
+    always = [i for i, t in enumerate(types.contents()) if t == control] if types is not None else []
+    keep = choose_keep(counts, k, always)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        trim_gguf(src, keep, scratch)
+        write_vocab_map(scratch, keep, inputs_trimmed=False)
+        trim = {"k": int(k), "calibration": "shipped prompts" if texts is None else "given texts",
+                "coverage": float(counts[keep].sum() / max(1, counts.sum())), "inputs_trimmed": False,
+                "vocab_size": int(len(counts)), "counted_by": "llama.cpp"}
+        manifest = {
+            "source": str(src.resolve()), "source_kind": "gguf", "source_sha256": sha256_file(src),
+            "architecture": str(r.fields["general.architecture"].contents()), "format": "gguf",
+            "quantization": "as the source (rows sliced, not quantized again)", "model_file": "model.gguf",
+            "vocab_size": int(len(counts)), "trim_k": int(k), "trim": trim,
+            "parameters": None, "size_bytes": sum(p.stat().st_size for p in scratch.rglob("*") if p.is_file()),
+            "files": file_digests(scratch), "validation": None,
+            "stage_seconds": {"trim": time.perf_counter() - t0},
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        (scratch / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(scratch, out)
+        return manifest
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def cached_trim(src: Path, k: int) -> Path:
+    """The model file of `src` trimmed to K tokens, built on first use (in a child process,
+    see the module doc) into the cache, where a later plan finds it."""
+    import hashlib
+    import subprocess
+
+    from ..errors import ModelError
+    from ..store import cache_dir
+
+    src = Path(src).resolve()
+    st = src.stat()
+    key = json.dumps({"path": str(src), "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+    folder = cache_dir() / "trimmed" / f"{src.stem}-{hashlib.sha256(key.encode()).hexdigest()[:12]}-trim{k}"
+    model = folder / "model.gguf"
+    if model.is_file():
+        return model
+    print(f"edgespec: trimming {src.name} to its {k} most used tokens (VocabTrim) to fit the memory budget; "
+          f"once, into {folder}", file=sys.stderr)
+    r = subprocess.run([sys.executable, "-m", "edgespec.export.gguf_trim", str(src), str(k), str(folder)],
+                       capture_output=True, text=True)
+    if r.returncode != 0 or not model.is_file():
+        raise ModelError((r.stderr.strip().splitlines() or [f"could not trim {src}"])[-1])
+    return model
+
+
+if __name__ == "__main__":
+    try:
+        write_trimmed(Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]))
+    except (ExportError, OSError, ValueError) as e:
+        print(f"cannot trim {sys.argv[1]}: {e}", file=sys.stderr)
+        sys.exit(1)
