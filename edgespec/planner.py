@@ -515,14 +515,22 @@ def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: i
     from .export.gguf_trim import cached_trim
 
     from .drafters import HYBRID
+    from .errors import ModelError
 
     base, k = p.drafter.rsplit(TRIM_MARK, 1)
-    built = cached_trim(files[base], int(k))
+    name = base.removeprefix(HYBRID)
+    try:
+        built = cached_trim(files[base], int(k))
+    except (ModelError, OSError) as e:  # a plan without the trim still runs: say why it is missing
+        q = make_plan(model_path, drafter, n_ctx, max_draft, budget, device, trim=False)
+        assert q is not None
+        q.notes.insert(0, f"{name} could not be trimmed to fit ({e})")
+        return q
     # planned again on the file itself: its own facts, and its measured costs once it has drafted
     hybrid = HYBRID if base.startswith(HYBRID) else ""
     q = make_plan(model_path, hybrid + str(built), n_ctx, max_draft, budget, device, trim=False)
     assert q is not None
-    q.notes.insert(0, f"{base.removeprefix(HYBRID)} trimmed to its {k} most used tokens (VocabTrim, in {built.parent}): with its full "
+    q.notes.insert(0, f"{name} trimmed to its {k} most used tokens (VocabTrim, in {built.parent}): with its full "
                       f"vocabulary it does not fit at context {p.n_ctx}")
     return q
 

@@ -125,12 +125,7 @@ def test_a_drafter_that_fits_only_trimmed_is_trimmed_once_and_drafts_losslessly(
 
     monkeypatch.setattr(edgespec.store, "cache_dir", lambda: tmp_path)  # trims are built into this cache
     model = str(smollm2_path)
-    from edgespec.footprint import process_rss
-
-    budget = process_rss()["rss"] + 400_000_000  # a budget covers this whole process, whatever ran in it before
-    while make_plan(model, model, 1024, 8, budget, trim=False).drafter == model:
-        budget -= 2_000_000  # down to where the drafter as it is no longer fits
-    budget -= 2_000_000  # a little lower still: this process's memory moves a little between plans
+    budget = budget_the_drafter_misses(model)
     p = make_plan(model, model, 1024, 8, budget)
     trimmed = Path(p.drafter)
     assert trimmed.parent.parent == tmp_path / "trimmed" and p.n_ctx == 1024 and p.footprint.total <= budget
@@ -150,3 +145,29 @@ def test_a_drafter_that_fits_only_trimmed_is_trimmed_once_and_drafts_losslessly(
     assert drafter.backend.vocab_map is not None  # it drafts with the trimmed head
     engine = Engine(llm.backend, drafter, controller=controller, calibrate=False)
     assert_lossless_up_to_near_ties(engine, prompt_ids, plain, f"smollm2-135m trimmed to {manifest['trim_k']}", capsys)
+
+
+def budget_the_drafter_misses(model: str) -> int:
+    """A budget just below what `model` drafting for itself needs at context 1024."""
+    from edgespec.footprint import process_rss
+    from edgespec.planner import make_plan
+
+    budget = process_rss()["rss"] + 400_000_000  # a budget covers this whole process, whatever ran in it before
+    while make_plan(model, model, 1024, 8, budget, trim=False).drafter == model:
+        budget -= 2_000_000
+    return budget - 2_000_000  # a little lower still: this process's memory moves a little between plans
+
+
+def test_a_drafter_that_cannot_be_trimmed_falls_back_to_model_free_drafting_and_says_why(smollm2_path, monkeypatch):
+    import edgespec.export.gguf_trim
+    from edgespec.errors import ModelError
+    from edgespec.planner import make_plan
+
+    def fail(src, k):
+        raise ModelError("no space left on device")
+
+    monkeypatch.setattr(edgespec.export.gguf_trim, "cached_trim", fail)
+    model = str(smollm2_path)
+    p = make_plan(model, model, 1024, 8, budget_the_drafter_misses(model))
+    assert p.drafter == "auto" and p.n_ctx == 1024
+    assert p.notes[0] == f"{model} could not be trimmed to fit (no space left on device)"
