@@ -99,3 +99,28 @@ def test_a_cross_vocabulary_drafter_samples_its_drafts_and_the_output_keeps_the_
                                                          sample_drafts=True))
     # a drawn merged token ("th") has no one-token twin among the target's bytes: it ends the draft
     assert drafted < 2 * RUNS and accepted > RUNS
+
+
+class TrimmedPerturbed(Perturbed):
+    """That drafter with its LM head cut to the tokens `keep` (VocabTrim): logits row i is
+    token keep[i], and a token it dropped can never be drafted."""
+
+    def __init__(self, model: ReferenceModel, keep: np.ndarray) -> None:
+        super().__init__(model)
+        self.vocab_map, self.inputs_trimmed = keep, False
+
+    def eval(self, ids, n_logits=None):
+        return super().eval(ids, n_logits)[:, self.vocab_map]
+
+
+def test_a_vocab_trimmed_drafter_samples_its_drafts_and_the_output_keeps_the_targets_distribution(model):
+    target = ReferenceBackend(model)
+    prompt = target.tokenizer.encode("The cat sat on")
+    # drop one of the tokens plain sampling may emit at each of the three positions
+    joint = exact_joint(model, prompt, SamplingParams(**PARAMS))
+    dropped = {s[0] for s in joint} | {s[1] for s in joint} | {s[2] for s in joint}
+    dropped = set(sorted(dropped)[::3])
+    keep = np.array([t for t in range(target.n_vocab) if t not in dropped])
+    drafter = ModelDrafter(TrimmedPerturbed(model, keep), p_min=0.0)
+    drafted, accepted = _check(model, drafter)
+    assert accepted > RUNS // 2
