@@ -27,6 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..errors import EdgespecError
 from .source import ExportError
 from .vocabtrim import INPUT_EMBEDDING, choose_keep, default_calibration, write_vocab_map
 
@@ -81,14 +82,14 @@ def _add(w, name: str, data: np.ndarray, qtype) -> None:
     w.add_tensor(name, np.ascontiguousarray(data), raw_dtype=qtype if data.dtype == np.uint8 else None)
 
 
-def trim_gguf(src: Path, keep: np.ndarray, out: Path) -> None:
-    """`src` with its vocabulary, token embedding and LM head cut to `keep` (in that order)
-    into `out`; the source's full token embedding goes to input_embd.gguf beside it."""
+def trim_gguf(src: Path, keep: np.ndarray, out: Path, reader=None) -> None:
+    """`src` (read already: `reader`) with its vocabulary, token embedding and LM head cut to
+    `keep` (in that order) into `out`; its full token embedding goes to input_embd.gguf beside it."""
     import gguf
 
     from ..gguf_check import read_gguf
 
-    r = read_gguf(src)
+    r = reader if reader is not None else read_gguf(src)
     arch = str(r.fields["general.architecture"].contents())
     w = gguf.GGUFWriter(str(out / "model.gguf"), arch)
     copy_fields(w, r, keep)
@@ -136,7 +137,7 @@ def write_trimmed(src: Path, k: int, out: Path, texts: Sequence[str] | None = No
     out.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
-        trim_gguf(src, keep, scratch)
+        trim_gguf(src, keep, scratch, r)
         write_vocab_map(scratch, keep, inputs_trimmed=False)
         trim = {"k": int(k), "calibration": "shipped prompts" if texts is None else "given texts",
                 "coverage": float(counts[keep].sum() / max(1, counts.sum())), "inputs_trimmed": False,
@@ -188,6 +189,6 @@ def cached_trim(src: Path, k: int) -> Path:
 if __name__ == "__main__":
     try:
         write_trimmed(Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]))
-    except (ExportError, OSError, ValueError) as e:
+    except (EdgespecError, OSError, ValueError) as e:  # a line for the planner's note, no traceback
         print(f"cannot trim {sys.argv[1]}: {e}", file=sys.stderr)
         sys.exit(1)
