@@ -162,11 +162,10 @@ def trimmed_facts(facts: ModelFacts, k: int) -> ModelFacts:
 
 def trim_candidates(target: ModelFacts, drafters: Mapping[str, ModelFacts]) -> dict[str, ModelFacts]:
     """The trims a plan may fall back to (`NAME@trimK`): each named drafter model of the target's
-    own vocabulary that is not trimmed already, cut to each of TRIM_KS below its vocabulary."""
+    own vocabulary, cut to each of TRIM_KS below it. (A model trimmed already has fewer LM-head
+    rows than the target's vocabulary, so it is not trimmed again.)"""
     return {f"{d}{TRIM_MARK}{k}": trimmed_facts(f, k) for d, f in drafters.items()
-            if f.n_vocab == target.n_vocab and f.vocab_coverage is None and f.embd_bytes
-            and not (Path(f.path).parent / "vocab_map.json").is_file()
-            for k in TRIM_KS if k < f.n_vocab}
+            if f.n_vocab == target.n_vocab and f.embd_bytes for k in TRIM_KS if k < f.n_vocab}
 
 
 def uses_model(drafter: str) -> bool:

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import EdgespecError
 from .source import ExportError
-from .vocabtrim import INPUT_EMBEDDING, choose_keep, default_calibration, write_vocab_map
+from .vocabtrim import INPUT_EMBEDDING, default_calibration, trim_from_counts, write_vocab_map
 
 HEADS = ("token_embd.weight", "output.weight")
 _PER_TOKEN = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores")
@@ -133,15 +133,13 @@ def write_trimmed(src: Path, k: int, out: Path, texts: Sequence[str] | None = No
     types = r.fields.get("tokenizer.ggml.token_type")
     control = int(gguf.TokenType.CONTROL)  # always kept, as the pipeline keeps special tokens
     always = [i for i, t in enumerate(types.contents()) if t == control] if types is not None else []
-    keep = choose_keep(counts, k, always)
+    keep, trim = trim_from_counts(counts, k, always, "shipped prompts" if texts is None else "given texts")
+    trim.update(inputs_trimmed=False, vocab_size=int(len(counts)), counted_by="llama.cpp")
     out.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
         trim_gguf(src, keep, scratch, r)
         write_vocab_map(scratch, keep, inputs_trimmed=False)
-        trim = {"k": int(k), "calibration": "shipped prompts" if texts is None else "given texts",
-                "coverage": float(counts[keep].sum() / max(1, counts.sum())), "inputs_trimmed": False,
-                "vocab_size": int(len(counts)), "counted_by": "llama.cpp"}
         manifest = {
             "source": str(src.resolve()), "source_kind": "gguf", "source_sha256": sha256_file(src),
             "architecture": str(r.fields["general.architecture"].contents()), "format": "gguf",

@@ -75,17 +75,21 @@ def choose_keep(counts: np.ndarray, k: int, always: Sequence[int]) -> np.ndarray
     return np.asarray(always + rest, dtype=np.int64)
 
 
-def plan_trim(model, tok, k: int, calib: Sequence[Path]) -> tuple[np.ndarray, dict]:
-    texts = [Path(p).read_text(encoding="utf-8", errors="replace") for p in calib] or default_calibration()
-    counts = token_counts(model, tok, texts)
-    always = sorted(set(tok.all_special_ids))
+def trim_from_counts(counts: np.ndarray, k: int, always: Sequence[int], calibration) -> tuple[np.ndarray, dict]:
+    """The ids to keep and the manifest's trim record, from counted token use."""
     keep = choose_keep(counts, k, always)
     info = {
         "k": int(k),
-        "calibration": [str(p) for p in calib] or "shipped prompts",
+        "calibration": calibration,
         "coverage": float(counts[keep].sum() / max(1, counts.sum())),  # share of counted tokens kept
     }
     return keep, info
+
+
+def plan_trim(model, tok, k: int, calib: Sequence[Path]) -> tuple[np.ndarray, dict]:
+    texts = [Path(p).read_text(encoding="utf-8", errors="replace") for p in calib] or default_calibration()
+    return trim_from_counts(token_counts(model, tok, texts), k, sorted(set(tok.all_special_ids)),
+                            [str(p) for p in calib] or "shipped prompts")
 
 
 def write_vocab_map(folder: Path, keep: np.ndarray, inputs_trimmed: bool) -> None:
