@@ -18,6 +18,7 @@ class Tokenizer(ABC):
     n_vocab: int
     bos_id: int | None
     eos_id: int | None
+    add_bos: bool = False  # the model reads its text after a BOS: encode(add_bos=True) puts bos_id first
 
     @abstractmethod
     def encode(self, text: str, add_bos: bool = True, special: bool = True) -> list[int]:

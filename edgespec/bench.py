@@ -174,10 +174,9 @@ def run_bench(
     from .runtimes.llamacpp import default_threads
     from .store import resolve
 
-    for d in drafters:
-        if d == "none":
-            raise EdgespecError("plain decoding is always in the bench; 'none' is not a drafter")
-        check_drafter(d)
+    if "none" in drafters:
+        raise EdgespecError("plain decoding is always in the bench; 'none' is not a drafter")
+    drafter_paths = {d: check_drafter(d) for d in drafters}  # an unknown drafter is refused before any loading
     models = {_label(d.removeprefix(HYBRID)): d for d in drafters if uses_model(d)}  # their label: a drafter
     if uag:
         from importlib.util import find_spec
@@ -218,7 +217,7 @@ def run_bench(
             eog_ids = [t for t in range(tmpl.tokenizer.n_vocab) if tmpl.tokenizer.is_eog(t)]
             texts = [t for p in prompts for t in ([p["prompt"]] if "prompt" in p else [m["content"] for m in p["messages"]])]
             # each drafter model's llama.cpp tokenizer is the one its engine row already loaded
-            on_hf = [(label, model_file(check_drafter(d)), drafter_backends(es[d].llm.drafter)[0].tokenizer)
+            on_hf = [(label, model_file(drafter_paths[d]), drafter_backends(es[d].llm.drafter)[0].tokenizer)
                      for label, d in models.items()]
             hf, notices = hf_methods(model_file(path), tmpl.tokenizer, on_hf, eog_ids, threads, texts)
         for n in notices:

@@ -181,7 +181,31 @@ def cached_trim(src: Path, k: int) -> Path:
                        capture_output=True, text=True)
     if r.returncode != 0 or not model.is_file():
         raise ModelError((r.stderr.strip().splitlines() or [f"could not trim {src}"])[-1])
+    drop_stale_trims(folder.parent, keep=folder)
     return model
+
+
+def drop_stale_trims(trimmed: Path, keep: Path) -> list[Path]:
+    """Remove trims no plan can find again: their source is gone, or is the same path
+    as `keep`'s but has changed since (a new download), so their key no longer matches.
+    Each is 100-400 MB; trims of a current source at other K stay, for other budgets."""
+    from ..export_check import MANIFEST
+
+    def source(folder: Path) -> str | None:
+        try:
+            return json.loads((folder / MANIFEST).read_text()).get("source")
+        except (OSError, ValueError):
+            return None
+
+    current = source(keep)
+    key = keep.name.rsplit("-trim", 1)[0]
+    dropped = []
+    for folder in trimmed.iterdir():
+        src = source(folder) if folder.is_dir() and folder != keep and not folder.name.startswith(".") else None
+        if src is not None and (not Path(src).exists() or (src == current and not folder.name.startswith(key + "-"))):
+            shutil.rmtree(folder, ignore_errors=True)
+            dropped.append(folder)
+    return dropped
 
 
 if __name__ == "__main__":

@@ -42,12 +42,14 @@ def quantize_onnx(fp32_dir: Path, out: Path, quant: str) -> Path:
     """Quantize the fp32 export with onnxruntime's quantizers.
 
     - int8 = int8-dynamic: int8 weights and int8 activations quantized at run
-      time, each token's row on its own, per block of 32 (MatMulNBits at
-      accuracy level 4, llama.cpp's q8_0 scheme): faster than fp32.
+      time, each token's row on its own, per block of 16 (MatMulNBits at
+      accuracy level 4, llama.cpp's q8_0 scheme at half its block): faster than fp32.
       quantize_dynamic gives a whole batch one activation scale, set by the first
       token's massive activations: SmolLM2 agreed on 61% of a 320-token batch,
-      96% token by token.
-    - int8-weight-only: the same weights, activations kept float. The most
+      96% token by token. Blocks of 32 (q8_0's) agreed on 96.2%; a block of 16
+      keeps an outlier channel's scale off 15 neighbours instead of 31: 97.8%,
+      for 5% more bytes and the same speed.
+    - int8-weight-only: 8-bit weights in blocks of 32, activations kept float. The most
       faithful 8-bit export, but onnxruntime's CPU kernels have no float path for
       8-bit weights: measured 4x (SmolLM2) to 14x (Qwen 0.5B) slower than fp32.
     - int4 / int4-b32 / int4-b128: weight-only 4-bit MatMulNBits with HQQ
@@ -71,8 +73,9 @@ def quantize_onnx(fp32_dir: Path, out: Path, quant: str) -> Path:
 
         if quant.startswith("int8"):
             # accuracy level 4: activations quantized to int8 per row and block at run time
-            cfg = DefaultWeightOnlyQuantConfig(block_size=32, bits=8, is_symmetric=True,
-                                               accuracy_level=None if quant == "int8-weight-only" else 4)
+            weight_only = quant == "int8-weight-only"
+            cfg = DefaultWeightOnlyQuantConfig(block_size=32 if weight_only else 16, bits=8, is_symmetric=True,
+                                               accuracy_level=None if weight_only else 4)
         else:
             cfg = HQQWeightOnlyQuantConfig(block_size=128 if quant == "int4-b128" else 32, bits=4)
         q = MatMulNBitsQuantizer(onnx.load(src), algo_config=cfg)

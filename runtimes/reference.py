@@ -26,6 +26,7 @@ class ByteTokenizer(Tokenizer):
     def __init__(self) -> None:
         self.n_vocab = 258
         self.bos_id, self.eos_id = self.BOS, self.EOS
+        self.add_bos = True
 
     def encode(self, text: str, add_bos: bool = True, special: bool = True) -> list[int]:
         ids = [self.BOS] if add_bos else []

@@ -28,6 +28,7 @@ class MergeTokenizer(Tokenizer):
     def __init__(self, merges: Sequence[bytes] = MERGES) -> None:
         self.pieces = [bytes([b]) for b in range(256)] + list(merges)
         self.bos_id, self.eos_id = len(self.pieces), len(self.pieces) + 1
+        self.add_bos = True
         self.n_vocab = len(self.pieces) + 2
         self._index = {p: i for i, p in enumerate(self.pieces)}
         self._longest = max(len(p) for p in self.pieces)

@@ -373,3 +373,31 @@ def test_a_drafter_that_fits_only_trimmed_is_planned_trimmed_with_the_most_token
             assert f"drafter {p.drafter} instead of qwen05: qwen05 does not fit" in p.notes
     # as the budget shrinks: the most tokens that fit, fewer, then model-free drafting
     assert chosen == [f"qwen05@trim{k}" for k in TRIM_KS] + ["auto"]
+
+
+def test_trims_no_plan_can_find_again_are_removed_when_a_new_one_is_built(tmp_path):
+    import json
+
+    from edgespec.export.gguf_trim import drop_stale_trims
+
+    source, other = tmp_path / "qwen05.gguf", tmp_path / "smollm2.gguf"
+    source.write_bytes(b"x")
+    other.write_bytes(b"y")
+
+    def trim(name: str, src):
+        folder = tmp_path / "trimmed" / name
+        folder.mkdir(parents=True)
+        (folder / "manifest.json").write_text(json.dumps({"source": str(src)}))
+        return folder
+
+    new = trim("qwen05-aaaa-trim16384", source)
+    other_k = trim("qwen05-aaaa-trim32768", source)  # another budget's trim of the same file: kept
+    before_download = trim("qwen05-bbbb-trim16384", source)  # the file has changed since: its key never matches
+    gone = trim("gone-cccc-trim8192", tmp_path / "deleted.gguf")  # its source was deleted
+    unrelated = trim("smollm2-dddd-trim8192", other)
+    building = tmp_path / "trimmed" / ".qwen05-eeee-trim8192.partial-1"  # a trim being written: left alone
+    building.mkdir()
+    dropped = drop_stale_trims(tmp_path / "trimmed", keep=new)
+    assert sorted(dropped) == sorted([before_download, gone])
+    assert all(f.is_dir() for f in (new, other_k, unrelated, building))
+    assert not before_download.exists() and not gone.exists()

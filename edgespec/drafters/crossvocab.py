@@ -52,7 +52,7 @@ class CrossVocabDrafter(Drafter):
         self.view = TextView(backend.tokenizer, lookbehind)
         self.cache = TranslationCache()
         dt = backend.tokenizer
-        self._prefix = [dt.bos_id] if getattr(dt, "add_bos", False) and dt.bos_id is not None else []
+        self._prefix = [dt.bos_id] if dt.add_bos and dt.bos_id is not None else []
         self._fed: list[int] = []  # target tokens whose text the view holds
         self._t_ends: list[int] = []  # byte offset where each of them ends
         self.sample_drafts = sample_drafts

@@ -46,6 +46,7 @@ class ModelDrafter(Drafter):
         # None is the drafter's own ids (mapped through vocab_map when trimmed)
         self.sampled_map: np.ndarray | None = None
         self._sampling: tuple[SamplingParams, np.random.Generator] | None = None
+        self._proposing: tuple[np.ndarray, np.ndarray, np.ndarray, int] | None = None  # see _proposable
         self._cached: list[int] = []  # target ids whose KV the drafter holds
         self.steps = 0  # one-token drafter evaluations, and their time: the drafter's step latency
         self.step_s = 0.0
@@ -156,15 +157,23 @@ class ModelDrafter(Drafter):
         else:
             # rows that propose nothing stop the draft when drawn, so what is proposed
             # follows q restricted to the rows that propose something
-            ok = targets >= 0
+            ok, ids, width = self._proposable(targets)
             mass = float(q[ok].sum())
             if mass <= 0.0:
                 return None
-            dist = np.bincount(targets[ok], weights=q[ok], minlength=int(targets.max()) + 1) / mass
+            dist = np.bincount(ids, weights=q[ok], minlength=width) / mass
         row = draw(q, rng)
         fed = int(self.vocab_map[row]) if self.vocab_map is not None else row
         tok = fed if targets is None else int(targets[row])
         return (tok, fed, dist) if tok >= 0 else None
+
+    def _proposable(self, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """(rows that propose a target id, those ids, how many target ids there are):
+        computed once per map, not per drawn token (a mask over a 150k vocabulary each time)."""
+        if self._proposing is None or self._proposing[0] is not targets:
+            ok = targets >= 0
+            self._proposing = (targets, ok, targets[ok], int(targets.max()) + 1)
+        return self._proposing[1:]
 
     def reset(self) -> None:
         self.backend.rollback(0)
