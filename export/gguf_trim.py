@@ -29,7 +29,8 @@ import numpy as np
 
 from ..errors import EdgespecError
 from .source import ExportError
-from .vocabtrim import INPUT_EMBEDDING, default_calibration, trim_from_counts, write_vocab_map
+from .gguf_writer import add_as_is, write_out
+from .vocabtrim import default_calibration, save_input_embedding, trim_from_counts, write_vocab_map
 
 HEADS = ("token_embd.weight", "output.weight")
 _PER_TOKEN = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores")
@@ -77,11 +78,6 @@ def copy_fields(w, reader, keep: np.ndarray | None = None, prefix: str = "") -> 
         w.add_key_value(key, value, vtype, sub)
 
 
-def _add(w, name: str, data: np.ndarray, qtype) -> None:
-    # quantized (and bf16) rows come as bytes; the writer derives the shape from their type
-    w.add_tensor(name, np.ascontiguousarray(data), raw_dtype=qtype if data.dtype == np.uint8 else None)
-
-
 def trim_gguf(src: Path, keep: np.ndarray, out: Path, reader=None) -> None:
     """`src` (read already: `reader`) with its vocabulary, token embedding and LM head cut to
     `keep` (in that order) into `out`; its full token embedding goes to input_embd.gguf beside it."""
@@ -102,19 +98,11 @@ def trim_gguf(src: Path, keep: np.ndarray, out: Path, reader=None) -> None:
             if t.name == "token_embd.weight":
                 embd = t
             data = data[keep]
-        _add(w, t.name, data, t.tensor_type)
+        add_as_is(w, t.name, data, t.tensor_type)
     if embd is None:
         raise ExportError(f"{src} has no token_embd.weight to trim")
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    e = gguf.GGUFWriter(str(out / INPUT_EMBEDDING), arch)
-    _add(e, embd.name, embd.data, embd.tensor_type)
-    e.write_header_to_file()
-    e.write_kv_data_to_file()
-    e.write_tensors_to_file()
-    e.close()
+    write_out(w)
+    save_input_embedding(out, arch, embd.data, embd.tensor_type)
 
 
 def write_trimmed(src: Path, k: int, out: Path, texts: Sequence[str] | None = None) -> dict:

@@ -24,6 +24,20 @@ from .source import ExportError
 GGUF_QUANTS = ("f16", "q8_0", "q4_k_m", "tq2_0", "tq1_0")  # TQ: llama.cpp's ternary types
 
 
+def add_as_is(w, name: str, data: np.ndarray, qtype) -> None:
+    """A tensor in its own type: quantized (and bf16) rows come as bytes, and the writer
+    derives the shape from their type; float arrays carry their type themselves."""
+    w.add_tensor(name, np.ascontiguousarray(data), raw_dtype=qtype if data.dtype == np.uint8 else None)
+
+
+def write_out(w) -> None:
+    """Header, metadata and tensors into the writer's file, then close it."""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
@@ -85,10 +99,7 @@ def write_gguf(model, checkpoint: Path, out: Path, tokenizer_gguf: Path | None =
         w.add_tensor(new, t.astype(np.float16) if t.ndim == 2 else t.astype(np.float32))
         if progress:
             progress((i + 1) / len(names))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_out(w)
 
 
 def _copy_tokenizer(w, src: Path, keep: np.ndarray | None = None) -> None:

@@ -114,12 +114,18 @@ def write_input_embedding(folder: Path, weight: np.ndarray, arch: str, exact: bo
     qtype = gguf.GGMLQuantizationType.F16 if exact else gguf.GGMLQuantizationType.Q8_0
     rows = [gguf.quants.quantize(np.asarray(weight[s : s + 8192], dtype=np.float32), qtype)
             for s in range(0, len(weight), 8192)]  # in slices: a float32 copy of Qwen's is 545 MB
+    save_input_embedding(folder, arch, np.concatenate(rows), qtype)
+
+
+def save_input_embedding(folder: Path, arch: str, rows: np.ndarray, qtype) -> None:
+    """input_embd.gguf in `folder`: the full token embedding, `rows` already of type `qtype`."""
+    import gguf
+
+    from .gguf_writer import add_as_is, write_out
+
     w = gguf.GGUFWriter(str(folder / INPUT_EMBEDDING), arch)
-    w.add_tensor("token_embd.weight", np.concatenate(rows), raw_dtype=qtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    add_as_is(w, "token_embd.weight", rows, qtype)
+    write_out(w)
 
 
 class InputEmbedding:
