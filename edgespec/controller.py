@@ -14,6 +14,7 @@ drafts nothing when no k beats plain decoding.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -127,16 +128,18 @@ class DraftController:
     """Chooses the draft length each step from learned acceptance and cost."""
 
     def __init__(self, max_k: int = 16, explore_every: int = 32, max_explore_every: int = 1024,
-                 min_k: int = 0) -> None:
+                 min_k: int = 0, probe_share: float = 0.02) -> None:
         """`min_k` (llama.cpp's --draft-min): verify at least that many tokens a step when a
         drafter offers them, paying or not; to compare drafters' acceptance where adaptive
-        drafting would decline. 0 leaves every choice to the measured costs."""
+        drafting would decline. 0 leaves every choice to the measured costs. `probe_share`:
+        the share of decoding time a declined model drafter's probes may cost."""
         self.max_k = max_k
         self.min_k = min_k
         self.acceptance = AcceptanceModel(max_k)
         self.cost = CostModel(max_k + 1)
         self.explore_every = explore_every
         self.max_explore_every = max_explore_every
+        self.probe_share = probe_share
         self._declined: dict[str, int] = {}
         self._interval: dict[str, int] = {}  # declined steps between probes, per kind
         self._probing: set[str] = set()
@@ -149,10 +152,11 @@ class DraftController:
         c[1:] += draft_seconds
         return c
 
-    def choose(self, key: str, available: int, draft_seconds: float = 0.0, per_token_seconds: float = 0.0) -> int:
+    def choose(self, key: str, available: int, draft_seconds: float = 0.0, per_token_seconds: float = 0.0,
+               probe_seconds: float = 0.0) -> int:
         """How many of `available` tokens of kind `key` to verify (or, for a model
         drafter that pays `draft_seconds` per step and `per_token_seconds` per
-        drafted token, to draft)."""
+        drafted token, to draft). `probe_seconds`: what asking it costs after a pause."""
         k_max = min(available, self.max_k)
         if k_max <= 0:
             return 0
@@ -163,9 +167,14 @@ class DraftController:
         if k == 0:
             # nothing pays on current estimates; test one token now and then so a
             # stale estimate can recover. Every failed probe doubles the wait, so
-            # probing costs little even where a probe is dear (a model drafter's catch-up)
+            # probing costs little even where a probe is dear (a model drafter's catch-up).
+            # A probe that costs many target steps comes no more often than keeps failed
+            # probes under `probe_share` of the decoding time
             n = self._declined[key] = self._declined.get(key, 0) + 1
-            if n % self._interval.get(key, self.explore_every) == 0:
+            every = self._interval.get(key, self.explore_every)
+            if probe_seconds > 0:
+                every = max(every, math.ceil(probe_seconds / (self.probe_share * self.cost.costs()[1])))
+            if n >= every:
                 self._declined[key] = 0
                 self._probing.add(key)
                 return 1

@@ -188,7 +188,8 @@ class Engine:
                 if drafter is not None and k_cap > 0:
                     t0 = time.perf_counter()
                     if drafter.model_key is not None:  # a model drafter: decide before paying for it
-                        k_cap = ctl.choose(drafter.model_key, k_cap, drafter.sync_seconds, drafter.cost_per_token)
+                        k_cap = ctl.choose(drafter.model_key, k_cap, drafter.sync_seconds, drafter.cost_per_token,
+                                           drafter.probe_seconds)
                     if k_cap > 0:
                         m0 = drafter.model_seconds
                         draft = drafter.propose(history, k_cap)

@@ -94,6 +94,19 @@ def test_failed_probes_get_rarer_and_a_success_restores_them():
     assert c._interval["model"] == c.explore_every
 
 
+def test_a_dear_probe_comes_no_more_often_than_its_share_of_decoding_allows():
+    """A declined model drafter must catch up before a probe: when that costs two
+    target steps, failed probes at 2% of the decoding time come every 100 steps."""
+    c = controller_with_costs({1: 1.0, 2: 2.0, 9: 9.0})
+    assert c.probe_share == 0.02
+    probes = []
+    for step in range(100 + 100 + 128):
+        if c.choose("model", 4, probe_seconds=2.0) == 1:
+            probes.append(step)
+            c.record_nothing("model")
+    assert probes == [99, 99 + 100, 99 + 100 + 128]  # the doubling takes over once it is the rarer
+
+
 def test_a_stale_calibration_is_timed_again_once_decoding_finds_it_wrong(tmp_path, monkeypatch):
     """A calibration taken under a passing load (here: ten seconds a token) is not kept:
     decoding refines only the batch sizes it uses, so when those have moved far from

@@ -136,8 +136,9 @@ def test_chat_turns_keep_the_drafters_view_in_step(model):
     assert drafter._fed[: len(other)] == other
 
 
-def test_a_history_longer_than_the_drafters_context_is_not_drafted_for(model):
-    """Another vocabulary may spell the same text in more tokens than the drafter holds."""
+def test_a_history_longer_than_the_drafters_context_is_drafted_from_its_last_tokens(model):
+    """Another vocabulary may spell the same text in more tokens than the drafter holds:
+    it then drafts from the history's head and its last tokens, losslessly."""
     target = ReferenceBackend(model)
     small = MergedVocabBackend(model)
     small.n_ctx = 40
@@ -145,4 +146,4 @@ def test_a_history_longer_than_the_drafters_context_is_not_drafted_for(model):
     prompt = target.tokenizer.encode(PROMPTS[0] * 2)  # far more than 40 drafter tokens
     engine = Engine(target, drafter, controller=always_draft(), calibrate=False)
     assert list(engine.generate(prompt, 16)) == list(Engine(ReferenceBackend(model)).generate(prompt, 16))
-    assert engine.last_stats.drafted == 0
+    assert engine.last_stats.drafted > 0 and drafter.model.restarts > 0

@@ -74,6 +74,14 @@ def test_token_recycling_walks_successors_taken_from_verification_logits():
     assert d.propose([1, 4], 3).tokens[:2] == [7, 9]
 
 
+def test_token_recycling_keeps_the_exact_top_successors_of_peaked_and_flat_rows():
+    d = TokenRecyclingDrafter(151_936)
+    rng = np.random.default_rng(0)
+    for spread in (8.0, 3.0, 1.0, 0.1):  # a few tokens near the best, hundreds, thousands, all
+        row = (rng.standard_normal(d.n_vocab) * spread).astype(np.float32)
+        assert list(d.top_successors(row)) == list(np.argsort(-row, kind="stable")[: d.k])
+
+
 def test_token_recycling_table_stays_under_4_mb_for_large_vocabularies():
     for vocab in (49_152, 151_936, 262_144):
         d = TokenRecyclingDrafter(vocab)

@@ -55,7 +55,7 @@ class AutoDrafter(Drafter):
                     best, best_score = draft, s
         for m in self.models:
             assert m.model_key is not None
-            k_m = ctl.choose(m.model_key, k, m.sync_seconds, m.cost_per_token)
+            k_m = ctl.choose(m.model_key, k, m.sync_seconds, m.cost_per_token, m.probe_seconds)
             if k_m == 0:
                 continue
             gain = ctl.expected_gain(m.model_key, k_m, m.cost_per_token)

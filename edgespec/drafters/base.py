@@ -64,6 +64,13 @@ class Drafter(ABC):
         return 0.0
 
     @property
+    def probe_seconds(self) -> float:
+        """Seconds a draft costs beyond its tokens after a pause, when the drafter
+        must catch up with what was said meanwhile (measured or estimated; 0 for
+        model-free drafters): what probing a declined drafter costs."""
+        return 0.0
+
+    @property
     def model_seconds(self) -> float:
         """Total seconds a model drafter has spent evaluating its model."""
         return 0.0

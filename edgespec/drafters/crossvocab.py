@@ -76,6 +76,10 @@ class CrossVocabDrafter(Drafter):
         return self.model.sync_seconds
 
     @property
+    def probe_seconds(self) -> float:
+        return self.model.probe_seconds
+
+    @property
     def model_seconds(self) -> float:
         return self.model.model_seconds
 

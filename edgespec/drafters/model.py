@@ -14,6 +14,15 @@ drafter's own distribution (the same temperature, top-k and top-p as the target)
 and returned with it, so rejection sampling accepts a token with probability
 min(1, p/q) instead of p. Every decision to stop drafting is made before the
 next draw, so a proposed token is always distributed as the q returned with it.
+
+An idle drafter (one the controller only probes now and then) would have to
+read everything said since it last drafted before it can draft again: at
+SmolLM2-135M's ~3.4 ms a token against Qwen2.5-Coder-1.5B's 35, a tenth of the
+decoding time, whether the probe pays or not. So a catch-up longer than `window`
+tokens starts a fresh cache instead: the history's first `sink` tokens (BOS and
+the chat template's head, which attention leans on) and its last `window`. The
+same keeps a history longer than the drafter's context draftable. Drafts are
+verified as always, so a shorter context costs acceptance, never correctness.
 """
 
 from __future__ import annotations
@@ -34,10 +43,15 @@ class ModelDrafter(Drafter):
     name = "model"
     model_key = "model"
 
-    def __init__(self, backend: Backend, max_draft: int = 8, p_min: float = 0.5) -> None:
+    def __init__(self, backend: Backend, max_draft: int = 8, p_min: float = 0.5, window: int | None = 64,
+                 sink: int = 4) -> None:
         self.backend = backend
         self.max_draft = max_draft
         self.p_min = p_min
+        self.window = window  # None: always read the whole history
+        self.sink = sink
+        self._skip = 0  # history[sink : sink + _skip] is not in the drafter's cache (see _seen)
+        self.restarts = 0  # catch-ups cut to the window
         self.vocab_map: np.ndarray | None = getattr(backend, "vocab_map", None)
         self._to_input: np.ndarray | None = None
         if self.vocab_map is not None and getattr(backend, "inputs_trimmed", False):
@@ -53,6 +67,8 @@ class ModelDrafter(Drafter):
         self.syncs = 0  # catching up with the accepted history at the start of a proposal
         self.sync_s = 0.0
         self.eval_s = 0.0  # every evaluation, prompt included
+        self._read = (0, 0.0)  # tokens read in batches longer than a step (prompts, catch-ups), and their seconds
+        self._probe_s: float | None = None  # the last catch-up after a pause, measured
 
     @property
     def target_vocab(self) -> int:
@@ -69,7 +85,10 @@ class ModelDrafter(Drafter):
     def _eval(self, ids: Sequence[int]) -> np.ndarray:
         t0 = time.perf_counter()
         out = self.backend.eval(self._inputs(ids), n_logits=1)[0]
-        self.eval_s += time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        self.eval_s += dt
+        if len(ids) > self.max_draft + 1:
+            self._read = (self._read[0] + len(ids), self._read[1] + dt)
         return out
 
     @property
@@ -85,34 +104,71 @@ class ModelDrafter(Drafter):
         return self.sync_s / self.syncs if self.syncs else 0.0
 
     @property
+    def probe_seconds(self) -> float:
+        """A catch-up after a pause reads at most `window` tokens: its time as last
+        measured, or until then estimated from how fast the prompt was read."""
+        if self.window is None:
+            return 0.0  # it grows with the pause; the controller's doubling interval bounds it
+        if self._probe_s is not None:
+            return self._probe_s
+        n, seconds = self._read
+        return self.window * seconds / n if n else 0.0
+
+    @property
     def token_cost(self) -> tuple[int, float]:
         """(evaluations that each yielded a draft token, their seconds): a step's catch-up
         yields the first, each further step one more; what the planner prices drafting by."""
         return self.syncs + self.steps, self.sync_s + self.step_s
 
+    def _seen(self, history: Sequence[int], k: int, idle: bool) -> list[int]:
+        """The history as the drafter's cache holds it or is to hold it before drafting
+        k tokens: whole, or its first `sink` and last `window` tokens when it no longer
+        fits the drafter's context or (`idle`) when catching up would read more than
+        `window` new tokens."""
+        seen = list(history) if not self._skip else [*history[: self.sink], *history[self.sink + self._skip :]]
+        window = min(self.window or 0, self.backend.n_ctx - self.sink - self.max_draft)
+        if window <= 0 or len(history) <= self.sink + window:
+            return seen
+        overflow = len(seen) + k > self.backend.n_ctx
+        if overflow or (idle and len(seen) - common_prefix(self._cached, seen) > window):
+            self._skip = len(history) - self.sink - window
+            self.restarts += 1
+            return [*history[: self.sink], *history[-window:]]
+        return seen
+
     def begin(self, history: Sequence[int]) -> None:
-        keep = common_prefix(self._cached, history[:-1])
+        # the prompt is read whole now (prompt processing), so the first step pays only
+        # for drafting; only one longer than the drafter's context (another vocabulary
+        # may spell it in more tokens) is cut to the window
+        if self._skip:  # the cache holds a cut history: keep the cut only if this one extends it
+            cut = [*history[: self.sink], *history[self.sink + self._skip :]]
+            if len(history) <= self.sink + self._skip or common_prefix(self._cached, cut) <= self.sink:
+                self._skip = 0
+        seen = self._seen(history, self.max_draft, idle=False)
+        keep = common_prefix(self._cached, seen[:-1])
         self.backend.rollback(keep)
         self._cached = self._cached[:keep]
-        # prefill the prompt now, so the first step pays only for drafting; a history
-        # longer than the drafter's context (another vocabulary may spell it in more
-        # tokens) is not drafted for at all (propose returns nothing)
-        if keep < len(history) - 1 and len(history) + self.max_draft <= self.backend.n_ctx:
-            self._eval(history[keep:-1])
-            self._cached = list(history[:-1])
+        if keep < len(seen) - 1 and len(seen) + self.max_draft <= self.backend.n_ctx:
+            self._eval(seen[keep:-1])
+            self._cached = seen[:-1]
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
         k = min(k, self.max_draft)
-        if k <= 0 or len(history) + k > self.backend.n_ctx:
+        if k <= 0:
+            return EMPTY
+        seen = self._seen(history, k, idle=True)
+        if len(seen) + k > self.backend.n_ctx:
             return EMPTY
         t0 = time.perf_counter()
-        keep = min(common_prefix(self._cached, history), len(history) - 1)  # the last token must be fed
+        keep = min(common_prefix(self._cached, seen), len(seen) - 1)  # the last token must be fed
         self.backend.rollback(keep)
-        logits = self._eval(history[keep:])
-        self._cached = list(history)
-        if len(history) - keep <= self.max_draft + 1:  # a step's worth; a long catch-up after a pause is not typical
+        logits = self._eval(seen[keep:])
+        self._cached = seen
+        if len(seen) - keep <= self.max_draft + 1:  # a step's worth; a long catch-up after a pause is not typical
             self.syncs += 1
             self.sync_s += time.perf_counter() - t0
+        else:
+            self._probe_s = time.perf_counter() - t0
         draft: list[int] = []
         rows: list[np.ndarray] = []
         while True:
@@ -178,6 +234,7 @@ class ModelDrafter(Drafter):
     def reset(self) -> None:
         self.backend.rollback(0)
         self._cached = []
+        self._skip = 0
 
     def memory(self) -> int:
         return sum(self.backend.memory().values())

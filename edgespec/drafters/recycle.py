@@ -54,15 +54,17 @@ class TokenRecyclingDrafter(Drafter):
     def top_successors(self, row: np.ndarray) -> np.ndarray:
         """The k best tokens of a logits row, best first, -1 padded.
 
-        A full argpartition over a 152k vocabulary costs ~0.4 ms; tokens more than
+        An argpartition over a 152k vocabulary costs ~1 ms; tokens more than
         `window` logits below the best are e^-window as likely and never worth a
-        draft slot, so only the few above that threshold are ranked.
+        draft slot, so only those above that threshold are ranked (~30 us), and
+        where a flat distribution leaves many, they are partitioned, not the row.
         """
         out = np.full(self.k, -1, dtype=np.int32)
         best = row[int(np.argmax(row))]
         cand = np.flatnonzero(row > best - self.window)
-        if len(cand) > 4 * self.k:  # a flat distribution: fall back to the exact top-k
-            cand = np.argpartition(row, -self.k)[-self.k :]
+        if len(cand) > 4 * self.k:  # a flat distribution: the exact top-k
+            pool = cand if len(cand) < len(row) // 16 else np.arange(len(row))
+            cand = pool[np.argpartition(row[pool], -self.k)[-self.k :]]
         top = cand[np.argsort(-row[cand], kind="stable")][: self.k]
         out[: len(top)] = top
         return out
