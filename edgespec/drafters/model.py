@@ -120,32 +120,38 @@ class ModelDrafter(Drafter):
         yields the first, each further step one more; what the planner prices drafting by."""
         return self.syncs + self.steps, self.sync_s + self.step_s
 
-    def _seen(self, history: Sequence[int], k: int, idle: bool) -> list[int]:
+    def _cut(self, history: Sequence[int], skip: int) -> list[int]:
+        """`history` without the `skip` tokens after its first `sink`."""
+        return list(history) if not skip else [*history[: self.sink], *history[self.sink + skip :]]
+
+    def _seen(self, history: Sequence[int], k: int, idle: bool) -> tuple[list[int], int]:
         """The history as the drafter's cache holds it or is to hold it before drafting
-        k tokens: whole, or its first `sink` and last `window` tokens when it no longer
-        fits the drafter's context or (`idle`) when catching up would read more than
-        `window` new tokens."""
-        seen = list(history) if not self._skip else [*history[: self.sink], *history[self.sink + self._skip :]]
+        k tokens, and how much of that the cache already holds: whole, or its first
+        `sink` and last `window` tokens when it no longer fits the drafter's context or
+        (`idle`) when catching up would read more than `window` new tokens."""
+        seen = self._cut(history, self._skip)
+        keep = common_prefix(self._cached, seen)
         window = min(self.window or 0, self.backend.n_ctx - self.sink - self.max_draft)
         if window <= 0 or len(history) <= self.sink + window:
-            return seen
+            return seen, keep
         overflow = len(seen) + k > self.backend.n_ctx
-        if overflow or (idle and len(seen) - common_prefix(self._cached, seen) > window):
+        if overflow or (idle and len(seen) - keep > window):
             self._skip = len(history) - self.sink - window
             self.restarts += 1
-            return [*history[: self.sink], *history[-window:]]
-        return seen
+            seen = self._cut(history, self._skip)
+            return seen, common_prefix(self._cached, seen)
+        return seen, keep
 
     def begin(self, history: Sequence[int]) -> None:
         # the prompt is read whole now (prompt processing), so the first step pays only
         # for drafting; only one longer than the drafter's context (another vocabulary
         # may spell it in more tokens) is cut to the window
         if self._skip:  # the cache holds a cut history: keep the cut only if this one extends it
-            cut = [*history[: self.sink], *history[self.sink + self._skip :]]
-            if len(history) <= self.sink + self._skip or common_prefix(self._cached, cut) <= self.sink:
-                self._skip = 0
-        seen = self._seen(history, self.max_draft, idle=False)
-        keep = common_prefix(self._cached, seen[:-1])
+            extends = (len(history) > self.sink + self._skip
+                       and common_prefix(self._cached, self._cut(history, self._skip)) > self.sink)
+            self._skip = self._skip if extends else 0
+        seen, keep = self._seen(history, self.max_draft, idle=False)
+        keep = min(keep, len(seen) - 1)  # the prompt's last token is fed by the first proposal
         self.backend.rollback(keep)
         self._cached = self._cached[:keep]
         if keep < len(seen) - 1 and len(seen) + self.max_draft <= self.backend.n_ctx:
@@ -156,11 +162,11 @@ class ModelDrafter(Drafter):
         k = min(k, self.max_draft)
         if k <= 0:
             return EMPTY
-        seen = self._seen(history, k, idle=True)
+        seen, keep = self._seen(history, k, idle=True)
         if len(seen) + k > self.backend.n_ctx:
             return EMPTY
         t0 = time.perf_counter()
-        keep = min(common_prefix(self._cached, seen), len(seen) - 1)  # the last token must be fed
+        keep = min(keep, len(seen) - 1)  # the last token must be fed
         self.backend.rollback(keep)
         logits = self._eval(seen[keep:])
         self._cached = seen

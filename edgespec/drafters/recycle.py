@@ -63,8 +63,10 @@ class TokenRecyclingDrafter(Drafter):
         best = row[int(np.argmax(row))]
         cand = np.flatnonzero(row > best - self.window)
         if len(cand) > 4 * self.k:  # a flat distribution: the exact top-k
-            pool = cand if len(cand) < len(row) // 16 else np.arange(len(row))
-            cand = pool[np.argpartition(row[pool], -self.k)[-self.k :]]
+            if len(cand) < len(row) // 16:
+                cand = cand[np.argpartition(row[cand], -self.k)[-self.k :]]
+            else:
+                cand = np.argpartition(row, -self.k)[-self.k :]
         top = cand[np.argsort(-row[cand], kind="stable")][: self.k]
         out[: len(top)] = top
         return out
