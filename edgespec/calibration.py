@@ -21,6 +21,9 @@ import platformdirs
 from .controller import CostModel
 
 
+# curves written before the median-of-three calibration and the shared speed factor
+# (format 1) mixed timings from different moments into one shape: they are timed again
+CURVE_FORMAT = 2
 DRAFTER_STEP = "drafter-step|"  # prefixes a drafter backend's cost key for its step cost
 MIN_STEPS = 16  # drafted tokens before a drafter's mean cost is worth keeping
 
@@ -49,7 +52,8 @@ def latest(prefix: str, device: str = "CPU") -> dict[int, float] | None:
             data = json.loads(p.read_text())
             key = str(data["key"])
             parts = key.split("|")
-            if key.startswith(prefix) and platform.node() in parts and device in parts:
+            if (key.startswith(prefix) and platform.node() in parts and device in parts
+                    and data.get("format") == CURVE_FORMAT):
                 mtime = p.stat().st_mtime
                 if found is None or mtime > found[0]:
                     found = (mtime, data["seconds"])
@@ -123,10 +127,9 @@ def load(key: str | None, cost: CostModel) -> bool:
         return False
     try:
         data = json.loads(_path(key).read_text())
-        if data.get("key") != key:
+        if data.get("key") != key or data.get("format") != CURVE_FORMAT:
             return False
-        for n, seconds in data["seconds"].items():
-            cost.observe(int(n), float(seconds))
+        cost.set_timed({int(n): float(seconds) for n, seconds in data["seconds"].items()})
         return cost.calibrated
     except (OSError, ValueError, KeyError, TypeError):
         return False
@@ -143,7 +146,7 @@ def forget(key: str | None) -> None:
 
 
 def _write(key: str, seconds: dict[int, float]) -> None:
-    _write_json(key, {"key": key, "seconds": {str(n): s for n, s in seconds.items()}})
+    _write_json(key, {"key": key, "format": CURVE_FORMAT, "seconds": {str(n): s for n, s in seconds.items()}})
 
 
 def _write_json(key: str, data: dict) -> None:

@@ -63,41 +63,83 @@ class AcceptanceModel:
 
 @dataclass
 class CostModel:
-    """Seconds to evaluate a batch of n tokens, for n = 1..max_n."""
+    """Seconds to evaluate a batch of n tokens, for n = 1..max_n: the curve timed
+    at calibration (every size at one moment), times the machine's current speed,
+    times a slow correction per size.
+
+    Draft lengths are chosen by the ratios between sizes, so those must not be
+    made of timings from different moments. Refining each size on its own did
+    that: one 2-token step that stalled (a page fault, a burst on a shared core)
+    made drafting look dear, and as a size that is not drafted is not observed
+    again, the stale ratio stopped speculation for the rest of a run; a 1-token
+    cost left high by the same accident made it look cheap. Here every
+    observation moves the shared speed; a size's own correction learns only what
+    persists (decoding's real ratios against calibration's), and no single step
+    moves either by more than a factor of two.
+    """
 
     max_n: int
-    alpha: float = 0.2  # EMA weight of a new observation
+    alpha: float = 0.2  # weight of an observation in the speed (a size's own correction: alpha / 4)
+    clip: float = math.log(2.0)  # one observation counts as at most twice (or half) the prediction
     drift: float = 0.3  # a size this far from its timed cost makes the whole curve suspect
     drift_after: int = 4  # observations of a size before its drift counts
-    _t: dict[int, float] = field(default_factory=dict)
+    _t: dict[int, float] = field(default_factory=dict)  # the timed curve
+    _speed: float = 0.0  # log factor on the whole curve since it was timed
+    _adj: dict[int, float] = field(default_factory=dict)  # log correction of one size
+    _recent: dict[int, float] = field(default_factory=dict)  # unclipped average seconds per size, for drift
+    _seen: dict[int, int] = field(default_factory=dict)  # observations per size since timed
     _cache: np.ndarray | None = None
-    _timed: dict[int, float] = field(default_factory=dict)  # the curve when every size was last timed
-    _seen: dict[int, int] = field(default_factory=dict)  # observations per size since then
+
+    def set_timed(self, seconds: dict[int, float]) -> None:
+        """A curve timed at one moment (a calibration, or one loaded from disk)."""
+        self.reset()
+        self._t = {int(n): float(s) for n, s in seconds.items() if s > 0}
+
+    def predict(self, n: int) -> float:
+        return self._t[n] * math.exp(self._speed + self._adj.get(n, 0.0))
 
     def observe(self, n: int, seconds: float) -> None:
-        old = self._t.get(n)
-        self._t[n] = seconds if old is None else (1 - self.alpha) * old + self.alpha * seconds
-        self._seen[n] = self._seen.get(n, 0) + 1
         self._cache = None
+        if n not in self._t:  # a size never timed joins the curve at the current speed
+            if seconds > 0:
+                self._t[n] = seconds / math.exp(self._speed)
+            return
+        self._seen[n] = self._seen.get(n, 0) + 1
+        old = self._recent.get(n)
+        self._recent[n] = seconds if old is None else (1 - self.alpha) * old + self.alpha * seconds
+        if seconds <= 0:
+            return
+        r = min(max(math.log(seconds / self.predict(n)), -self.clip), self.clip)
+        self._speed += self.alpha * r
+        self._adj[n] = self._adj.get(n, 0.0) + self.alpha / 4 * (1 - self.alpha) * r
+        # the corrections say how the sizes decoding uses differ from each other: their
+        # average (weighted by use) belongs to the speed, or a run that verifies one size
+        # only would bend its ratio to the sizes it never uses
+        mean = sum(self._seen[m] * a for m, a in self._adj.items()) / sum(self._seen[m] for m in self._adj)
+        self._speed += mean
+        for m in self._adj:
+            self._adj[m] -= mean
 
     def mark_timed(self) -> None:
         """Every size has just been timed (or loaded): later drift is measured from here."""
-        self._timed, self._seen = dict(self._t), {}
+        self.set_timed(self.measured)
 
     def drifted(self) -> bool:
         """Decoding refines only the sizes it uses; when one of them has moved far from
         where it was timed (a calibration under a passing load, a machine that changed
         since), the sizes it does not use are as stale, and the ratios between them
         that draft lengths are chosen by are wrong: every size should be timed again."""
-        return any(self._seen.get(n, 0) >= self.drift_after and abs(self._t[n] / t0 - 1) > self.drift
-                   for n, t0 in self._timed.items() if t0 > 0)
+        return any(self._seen.get(n, 0) >= self.drift_after and abs(s / self._t[n] - 1) > self.drift
+                   for n, s in self._recent.items())
 
     def reset(self) -> None:
-        self._t, self._timed, self._seen, self._cache = {}, {}, {}, None
+        self._t, self._adj, self._recent, self._seen = {}, {}, {}, {}
+        self._speed, self._cache = 0.0, None
 
     @property
     def measured(self) -> dict[int, float]:
-        return dict(self._t)
+        """The curve as decoding refined it: what the next run starts from."""
+        return {n: self.predict(n) for n in self._t}
 
     @property
     def calibrated(self) -> bool:
@@ -115,7 +157,7 @@ class CostModel:
             base = np.arange(self.max_n + 1, dtype=float)
             return 1.0 + 0.15 * np.maximum(base - 1, 0)  # a prior in units of one token
         xs = np.array(known, dtype=float)
-        ys = np.array([self._t[n] for n in known])
+        ys = np.array([self.predict(n) for n in known])
         n = np.arange(self.max_n + 1, dtype=float)
         out = np.interp(n, xs, ys)
         if len(xs) >= 2 and n[-1] > xs[-1]:  # extrapolate beyond the largest measured batch

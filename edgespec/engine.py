@@ -47,7 +47,7 @@ class Engine:
 
     # -- cost calibration ---------------------------------------------------
 
-    def calibrate(self, sizes: Sequence[int] | None = None, repeats: int = 1, warm: bool = False,
+    def calibrate(self, sizes: Sequence[int] | None = None, repeats: int = 3, warm: bool = False,
                   fresh: bool = False) -> dict[int, float]:
         """Time batches of every size up to max_draft + 1 on the backend, then undo them.
 
@@ -55,7 +55,9 @@ class Engine:
         than one token; this measures it on the real kernels of this machine. The
         curve is not smooth (llama.cpp picks kernels by batch size: on one CPU
         here 4 tokens cost 1.75x one token and 3 tokens 2.1x), so every size is
-        timed. Results are cached on disk per model, build and machine; `warm` runs every
+        timed, `repeats` times in turn, and each size keeps its median: one timing of a
+        size varies by +-7% on a shared machine, which moves marginal draft lengths.
+        Results are cached on disk per model, build and machine; `warm` runs every
         size once even then, so a GPU driver compiles all its pipelines now (what a
         memory profile measures) rather than at a draft's first use; `fresh` times
         every size even when a cached curve exists.
@@ -63,13 +65,11 @@ class Engine:
         b = self.backend
         base = b.n_past
         if b.simulated_seconds(1, base) is not None:  # simulated hardware: its costs are known, not timed
-            for n in sizes or range(1, self.max_draft + 2):
-                self.controller.cost.observe(n, b.simulated_seconds(n, base))
+            self.controller.cost.set_timed({n: b.simulated_seconds(n, base)
+                                            for n in sizes or range(1, self.max_draft + 2)})
             return self.controller.cost.measured
         key = b.cost_key()
         cached = sizes is None and not fresh and calibration.load(key, self.controller.cost)
-        if cached:
-            self.controller.cost.mark_timed()
         if cached and not warm:
             return self.controller.cost.measured
         sizes = [n for n in (sizes or range(1, self.max_draft + 2)) if base + n <= b.n_ctx]
@@ -81,13 +81,14 @@ class Engine:
             b.rollback(base)
         if cached:
             return self.controller.cost.measured
-        for _ in range(repeats):
+        times: dict[int, list[float]] = {}
+        for _ in range(max(1, repeats)):
             for n in [*sizes, 1]:  # one token again at the end: the unit all others are compared to
                 t0 = time.perf_counter()
                 b.eval([filler] * n)
-                self.controller.cost.observe(n, time.perf_counter() - t0)
+                times.setdefault(n, []).append(time.perf_counter() - t0)
                 b.rollback(base)
-        self.controller.cost.mark_timed()
+        self.controller.cost.set_timed({n: float(np.median(t)) for n, t in times.items()})
         calibration.save(key, self.controller.cost)
         return self.controller.cost.measured
 

@@ -555,8 +555,7 @@ def measured_costs(target: Path, drafters: Mapping[str, Path], max_draft: int
     if not seconds or 1 not in seconds:
         return None, {}
     cost = CostModel(max_n=max_draft + 1)
-    for n, s in seconds.items():
-        cost.observe(n, s)
+    cost.set_timed(seconds)
     steps = {d: calibration.latest(calibration.DRAFTER_STEP + calibration.model_prefix(p)) for d, p in drafters.items()}
     return [float(c) for c in cost.costs()], {d: s[1] / seconds[1] for d, s in steps.items() if s and 1 in s}
 

@@ -149,3 +149,33 @@ def test_a_curve_that_decoding_confirms_is_not_timed_again():
     for _ in range(8):
         cost.observe(3, 0.030)  # a size decoding uses now costs twice what was timed
     assert cost.drifted()
+
+
+def test_one_stalled_step_does_not_stop_speculation():
+    """A 2-token batch that stalled (a page fault, a burst on a shared core) is one
+    timing among many: drafting that pays goes on paying."""
+    c = controller_with_costs({1: 1.0, 2: 1.2, 3: 1.4, 9: 2.6})
+    c.cost.mark_timed()
+    for _ in range(30):
+        c.record("lookup/n8+", 1, 1, 2, 1.2)
+    assert c.choose("lookup/n8+", 1) == 1
+    c.record("lookup/n8+", 1, 1, 2, 12.0)  # ten times what it costs
+    assert c.choose("lookup/n8+", 1) == 1
+    costs = c.cost.costs()
+    assert costs[2] / costs[1] < 1.3
+
+
+def test_a_machine_slower_than_when_it_was_timed_keeps_the_ratios_between_batch_sizes():
+    """Decoding that only ever verifies 4 tokens still learns what one token costs now:
+    every size moves with the machine's speed, so the ratios that draft lengths are
+    chosen by stay the timed ones."""
+    cost = CostModel(max_n=5)
+    for n in range(1, 6):
+        cost.observe(n, 0.010 * (1 + 0.5 * (n - 1)))
+    cost.mark_timed()
+    for _ in range(40):
+        cost.observe(4, 2 * 0.025)  # everything is twice as slow as when timed
+    c = cost.costs()
+    assert abs(c[4] - 0.050) < 0.003
+    assert abs(c[1] - 0.020) < 0.002  # never observed, yet twice the timed cost
+    assert abs(c[4] / c[1] - 2.5) < 0.1
