@@ -179,3 +179,20 @@ def test_a_machine_slower_than_when_it_was_timed_keeps_the_ratios_between_batch_
     assert abs(c[4] - 0.050) < 0.003
     assert abs(c[1] - 0.020) < 0.002  # never observed, yet twice the timed cost
     assert abs(c[4] / c[1] - 2.5) < 0.1
+
+
+def test_a_curve_cached_in_the_old_format_is_timed_again(tmp_path, monkeypatch):
+    """Curves written before the shared speed factor mixed timings from different
+    moments: they are not loaded, so the next generation times every size."""
+    import json
+
+    from edgespec import calibration
+
+    monkeypatch.setattr(calibration, "_dir", lambda: tmp_path)
+    calibration.save("model|2|cpu", controller_with_costs({1: 0.03, 2: 0.05}).cost)
+    assert calibration.load("model|2|cpu", CostModel(max_n=3))
+    path = calibration._path("model|2|cpu")
+    old = json.loads(path.read_text())
+    del old["format"]
+    path.write_text(json.dumps(old))
+    assert not calibration.load("model|2|cpu", CostModel(max_n=3))
