@@ -79,7 +79,7 @@ class CostModel:
     """
 
     max_n: int
-    alpha: float = 0.2  # weight of an observation in the speed (a size's own correction: alpha / 4)
+    alpha: float = 0.2  # weight of an observation in the speed; its size's correction takes alpha / 4 of the rest
     clip: float = math.log(2.0)  # one observation counts as at most twice (or half) the prediction
     drift: float = 0.3  # a size this far from its timed cost makes the whole curve suspect
     drift_after: int = 4  # observations of a size before its drift counts

@@ -55,8 +55,9 @@ class Engine:
         than one token; this measures it on the real kernels of this machine. The
         curve is not smooth (llama.cpp picks kernels by batch size: on one CPU
         here 4 tokens cost 1.75x one token and 3 tokens 2.1x), so every size is
-        timed, `repeats` times in turn, and each size keeps its median: one timing of a
-        size varies by +-7% on a shared machine, which moves marginal draft lengths.
+        timed, `repeats` times in turn, and each size keeps its median: three calibrations
+        in a row that timed each size once put 2 tokens at 1.65x, 1.74x and 2.10x one token
+        on one machine here, enough to move marginal draft lengths.
         Results are cached on disk per model, build and machine; `warm` runs every
         size once even then, so a GPU driver compiles all its pipelines now (what a
         memory profile measures) rather than at a draft's first use; `fresh` times
