@@ -16,9 +16,10 @@ import platform
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
 import platformdirs
 
-from .controller import CostModel
+from .controller import CostModel, acceptance_counts
 
 
 # curves written before the median-of-three calibration and the shared speed factor
@@ -111,6 +112,64 @@ def acceptance(target: str | os.PathLike, drafter: str | os.PathLike, minimum: i
     earlier generations on this machine; None with fewer than `minimum` drafted."""
     found = _read_counts(_pair_key(target, drafter))
     return found if found and found[0] >= max(1, minimum) else None
+
+
+KINDS = "kinds|"  # prefixes a target's model prefix for the controller's per-kind greedy acceptance
+
+
+def _stored_names(drafters: Iterable) -> dict[str, str]:
+    """A model drafter's kind ("model", "xvocab") is kept per drafter model file: what one
+    drafter model learned says nothing of another's."""
+    return {d.model_key: f"{d.model_key}|{model_prefix(d.backend.path)}"
+            for d in drafters if d.model_key and getattr(d.backend, "path", None) is not None}
+
+
+def save_kinds(target: str | os.PathLike, drafters: Iterable, counts: dict[str, list]) -> None:
+    """Add one greedy generation's AcceptanceModel.take_counts() to the long-run counts kept
+    for this target, which the next process starts from (AcceptanceModel.seed). Past
+    ACCEPT_WINDOW tries at a kind's first position its older half is dropped."""
+    drafters = list(drafters)
+    try:
+        key = KINDS + model_prefix(target)
+        names = _stored_names(drafters)
+    except OSError:  # a model file went away: nothing to key it by
+        return
+    models = {d.model_key for d in drafters}
+    kept = _read_kinds(key)
+    for kind, (acc, tries) in counts.items():  # take_counts() wrote them: well formed
+        if kind in models and kind not in names:
+            continue  # a model drafter with no file to tell it by
+        name = names.get(kind, kind)
+        old, new = acceptance_counts(kept.get(name, [[], []])), acceptance_counts([acc, tries])
+        if new is None:
+            continue
+        if old is None:  # not counts this code wrote: start again
+            old = np.zeros((2, 0))
+        n = max(old.shape[1], new.shape[1])
+        total = np.pad(old, ((0, 0), (0, n - old.shape[1]))) + np.pad(new, ((0, 0), (0, n - new.shape[1])))
+        if total[1][0] > ACCEPT_WINDOW:
+            total = total / 2
+        kept[name] = total.tolist()
+    _write_json(key, {"key": key, "kinds": kept})
+
+
+def load_kinds(target: str | os.PathLike, drafters: Iterable) -> dict[str, list]:
+    """The counts save_kinds kept for this target, by the controller's kinds for these drafters."""
+    try:
+        key = KINDS + model_prefix(target)
+        mine = {stored: k for k, stored in _stored_names(drafters).items()}
+    except OSError:
+        return {}
+    return {mine.get(stored, stored): ev for stored, ev in _read_kinds(key).items()
+            if "|" not in stored or stored in mine}
+
+
+def _read_kinds(key: str) -> dict[str, list]:
+    try:
+        data = json.loads(_path(key).read_text())
+        return dict(data["kinds"]) if data.get("key") == key else {}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
 
 
 def _read_counts(key: str) -> tuple[int, int] | None:

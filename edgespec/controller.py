@@ -20,9 +20,24 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
+def acceptance_counts(ev: object) -> np.ndarray | None:
+    """[accepted, tried] per draft position as a 2 x n array, or None if `ev` is not that."""
+    try:
+        a = np.asarray(ev, dtype=float)
+    except (TypeError, ValueError):
+        return None
+    ok = a.ndim == 2 and a.shape[0] == 2 and np.isfinite(a).all() and (0 <= a[0]).all() and (a[0] <= a[1]).all()
+    return a if ok else None
+
+
 @dataclass
 class AcceptanceModel:
-    """Per-key, per-position acceptance estimates with a Beta prior and decay."""
+    """Per-key, per-position acceptance estimates with a Beta prior and decay.
+
+    The prior of a kind is its long-run rate on this target where earlier runs kept
+    one (`seed`), else a flat `prior`: at 0.5 a kind drafts nothing where two tokens
+    cost over 1.5x one (E(1) = 1.5) until a probe, so a new process, or chat's first
+    turn, would decode plainly at first even where the kind has always paid."""
 
     max_k: int
     prior: float = 0.5
@@ -30,17 +45,24 @@ class AcceptanceModel:
     decay: float = 0.95  # evidence fades over ~20 steps: a code block, then prose, is followed quickly
     _acc: dict[str, np.ndarray] = field(default_factory=dict)
     _tries: dict[str, np.ndarray] = field(default_factory=dict)
+    _priors: dict[str, np.ndarray] = field(default_factory=dict)  # per-position priors from earlier runs
+    _counts: dict[str, list[np.ndarray]] = field(default_factory=dict)  # undecayed, since take_counts
 
-    def rates(self, key: str) -> np.ndarray:
-        a = self._acc.get(key)
-        if a is None:
-            return np.full(self.max_k, self.prior)
-        t = self._tries[key]
+    def _posterior(self, a: np.ndarray, t: np.ndarray) -> np.ndarray:
         # positions never tried borrow the key's pooled rate, not the flat prior:
         # otherwise a key that verified 3 tokens at 90% would look like 50% at
         # position 4 forever, and long drafts (where copying pays) would never be tried
         pooled = (a.sum() + self.prior * self.prior_weight) / (t.sum() + self.prior_weight)
         return (a + pooled * self.prior_weight) / (t + self.prior_weight)
+
+    def rates(self, key: str) -> np.ndarray:
+        a, prior = self._acc.get(key), self._priors.get(key)
+        if a is None:
+            return np.full(self.max_k, self.prior) if prior is None else prior
+        t = self._tries[key]
+        if prior is None:
+            return self._posterior(a, t)
+        return (a + prior * self.prior_weight) / (t + self.prior_weight)
 
     def record(self, key: str, k: int, n_accepted: int) -> None:
         if k <= 0:
@@ -54,6 +76,27 @@ class AcceptanceModel:
         reached = min(n_accepted + 1, k)  # positions actually tested
         t[:reached] += 1
         a[:n_accepted] += 1
+        ca, ct = self._counts.setdefault(key, [np.zeros(self.max_k), np.zeros(self.max_k)])
+        ct[:reached] += 1
+        ca[:n_accepted] += 1
+
+    def take_counts(self) -> dict[str, list[list[float]]]:
+        """[accepted, tried] per position of every kind since the last call, undecayed:
+        what a run adds to the long-run rates kept for the next process."""
+        out = {k: [a.tolist(), t.tolist()] for k, (a, t) in self._counts.items()}
+        self._counts = {}
+        return out
+
+    def seed(self, counts: dict[str, list[list[float]]]) -> None:
+        """Take each kind's [accepted, tried] per position kept by earlier runs as its
+        prior (weighing `prior_weight` steps, so this run's own evidence soon leads)."""
+        for key, ev in counts.items():
+            c = acceptance_counts(ev)
+            if c is not None:  # else not counts this model wrote
+                a, t = np.zeros(self.max_k), np.zeros(self.max_k)
+                n = min(self.max_k, c.shape[1])
+                a[:n], t[:n] = c[0, :n], c[1, :n]
+                self._priors[key] = self._posterior(a, t)
 
     def expected_tokens(self, key: str, k: int) -> np.ndarray:
         """E(j) for j = 0..k: expected tokens per step when drafting j tokens."""

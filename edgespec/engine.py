@@ -40,10 +40,13 @@ class Engine:
         self.drafter = drafter
         self.controller = controller or DraftController(max_k=max_draft)
         self.max_draft = self.controller.max_k
+        # calibrate: time (or load) the batch-cost curve and read and keep each kind's
+        # long-run acceptance on disk; off, the controller learns from this process only
         self._calibrate = calibrate and drafter is not None
         self.cached: list[int] = []
         self.last_stats = GenerationStats()
         self._lock = threading.Lock()  # one generation at a time per backend
+        self._seeded = False  # the controller has read what earlier processes learned of each kind
 
     # -- cost calibration ---------------------------------------------------
 
@@ -151,6 +154,11 @@ class Engine:
 
         history = list(prompt)
         drafter = self.drafter
+        target_path = getattr(b, "path", None)
+        if self._calibrate and params.greedy and not self._seeded and target_path is not None:
+            # sampled acceptance depends on the temperature: only greedy runs are kept and read
+            self._seeded = True
+            self.controller.acceptance.seed(calibration.load_kinds(target_path, model_drafters(drafter)))
         if drafter is not None:
             t0 = time.perf_counter()
             drafter.sample_with(None if params.greedy else params, rng)
@@ -244,6 +252,8 @@ class Engine:
                         calibration.save(b.cost_key(), ctl.cost)
                 except OSError:  # the model file went away: nothing to key it by
                     pass
-            target_path = getattr(b, "path", None)
+            counts = ctl.acceptance.take_counts()
             if params.greedy and target_path is not None:  # sampled acceptance depends on the temperature
                 calibration.save_acceptance(target_path, model_drafters(drafter), st.by_key)
+                if self._calibrate:
+                    calibration.save_kinds(target_path, model_drafters(drafter), counts)

@@ -1,6 +1,6 @@
 """Adaptive draft length: draft what pays, nothing when nothing does."""
 
-from edgespec.controller import CostModel, DraftController
+from edgespec.controller import AcceptanceModel, CostModel, DraftController
 
 
 def controller_with_costs(costs):
@@ -196,3 +196,76 @@ def test_a_curve_cached_in_the_old_format_is_timed_again(tmp_path, monkeypatch):
     del old["format"]
     path.write_text(json.dumps(old))
     assert not calibration.load("model|2|cpu", CostModel(max_n=3))
+
+
+def test_a_kind_that_paid_in_earlier_runs_drafts_from_the_first_step():
+    """At the flat prior (half the drafts accepted) nothing pays where 2 tokens cost 1.8x one;
+    with the kind's long-run rate from earlier runs as its prior, it drafts at once."""
+    costs = {1: 1.0, 2: 1.8, 3: 2.2, 9: 4.0}
+    earlier = controller_with_costs(costs)
+    for _ in range(30):
+        earlier.record("lookup/n4", 2, 2, 3, 2.2)
+    new = controller_with_costs(costs)
+    assert new.choose("lookup/n4", 2) == 0
+    new.acceptance.seed(earlier.acceptance.take_counts())
+    assert new.choose("lookup/n4", 2) == 2
+    for _ in range(5):  # this run's own evidence leads within a few steps
+        new.record("lookup/n4", 2, 0, 3, 2.2)
+    assert new.choose("lookup/n4", 2) == 0
+    assert earlier.acceptance.take_counts() == {}  # counted once
+
+
+def test_counts_that_are_not_the_models_own_are_not_seeded():
+    c = DraftController(max_k=4)
+    c.acceptance.seed({"a": [[2.0], [1.0]], "b": "x", "c": [[1.0, 1.0], [1.0]], "d": [[float("nan")], [1.0]],
+                       "e": [[1.0], [2.0], [3.0]]})
+    assert all(list(c.acceptance.rates(k)) == [0.5] * 4 for k in "abcde")
+
+
+def test_kinds_are_kept_per_target_and_a_model_drafters_per_drafter_file(tmp_path, monkeypatch):
+    """A new process on the same target starts from what greedy runs counted of each kind;
+    a model drafter's kind ("model") is carried only to the same drafter model file."""
+    from types import SimpleNamespace
+
+    from edgespec import calibration
+
+    monkeypatch.setattr(calibration, "_dir", lambda: tmp_path / "calibration")
+    target, small, other = (tmp_path / n for n in ("target.gguf", "small.gguf", "other.gguf"))
+    for p in (target, small, other):
+        p.write_bytes(b"GGUF")
+    drafting = [SimpleNamespace(model_key="model", backend=SimpleNamespace(path=small))]
+    calibration.save_kinds(target, drafting, {"lookup/n2": [[1.0], [2.0]], "model": [[3.0], [4.0]]})
+    calibration.save_kinds(target, drafting, {"lookup/n2": [[1.0, 1.0], [1.0, 1.0]]})  # runs add up
+    assert calibration.load_kinds(target, drafting) == {"lookup/n2": [[2.0, 1.0], [3.0, 1.0]], "model": [[3.0], [4.0]]}
+    with_other = [SimpleNamespace(model_key="model", backend=SimpleNamespace(path=other))]
+    assert calibration.load_kinds(target, with_other) == {"lookup/n2": [[2.0, 1.0], [3.0, 1.0]]}
+    assert calibration.load_kinds(small, drafting) == {}  # another target counted nothing yet
+    calibration.save_kinds(target, with_other, {"model": [[0.0], [5.0]]})  # the first drafter's stays
+    assert calibration.load_kinds(target, drafting)["model"] == [[3.0], [4.0]]
+    assert calibration.load_kinds(target, with_other)["model"] == [[0.0], [5.0]]
+    calibration.save_kinds(target, drafting, {"lookup/n2": [[5000.0], [5000.0]]})
+    assert calibration.load_kinds(target, drafting)["lookup/n2"] == [[2501.0, 0.5], [2501.5, 0.5]]  # halved
+
+
+def test_a_new_engine_on_the_same_model_starts_from_what_earlier_runs_counted(tmp_path, monkeypatch):
+    import tiny_gguf
+
+    from edgespec import calibration
+    from edgespec.drafters import make_drafter
+    from edgespec.engine import Engine
+    from edgespec.runtimes.llamacpp import LlamaCppBackend
+
+    monkeypatch.setattr(calibration, "_dir", lambda: tmp_path / "calibration")
+    with LlamaCppBackend(tiny_gguf.write(tmp_path / "tiny.gguf"), n_ctx=256, n_threads=1) as b:
+        prompt = b.tokenizer.encode("the the the the the the the the")
+        first = DraftController(max_k=4)
+        list(Engine(b, make_drafter("lookup", b.n_vocab, first), controller=first).generate(prompt, 32))
+        counted = calibration.load_kinds(b.path, [])
+        assert counted and all(k.startswith("lookup/") for k in counted)
+        second = DraftController(max_k=4)
+        engine = Engine(b, make_drafter("lookup", b.n_vocab, second), controller=second)
+        list(engine.generate(prompt, 1))  # one token: nothing drafted, nothing learned in this run
+        expected = AcceptanceModel(max_k=4)
+        expected.seed(counted)
+        for kind in counted:
+            assert list(second.acceptance.rates(kind)) == list(expected.rates(kind)) != [0.5] * 4
