@@ -128,6 +128,8 @@ def save_kinds(target: str | os.PathLike, drafters: Iterable, counts: dict[str, 
     """Add one greedy generation's AcceptanceModel.take_counts() to the long-run counts kept
     for this target, which the next process starts from (AcceptanceModel.seed). Past
     ACCEPT_WINDOW tries at a kind's first position its older half is dropped."""
+    if not counts:  # nothing drafted: the kept counts stand as they are
+        return
     drafters = list(drafters)
     try:
         key = KINDS + model_prefix(target)
@@ -136,13 +138,12 @@ def save_kinds(target: str | os.PathLike, drafters: Iterable, counts: dict[str, 
         return
     models = {d.model_key for d in drafters}
     kept = _read_kinds(key)
-    for kind, (acc, tries) in counts.items():  # take_counts() wrote them: well formed
+    for kind, (acc, tries) in counts.items():
         if kind in models and kind not in names:
             continue  # a model drafter with no file to tell it by
         name = names.get(kind, kind)
-        old, new = acceptance_counts(kept.get(name, [[], []])), acceptance_counts([acc, tries])
-        if new is None:
-            continue
+        new = np.array([acc, tries], dtype=float)  # take_counts() wrote them: well formed
+        old = acceptance_counts(kept.get(name, [[], []]))
         if old is None:  # not counts this code wrote: start again
             old = np.zeros((2, 0))
         n = max(old.shape[1], new.shape[1])
@@ -164,19 +165,27 @@ def load_kinds(target: str | os.PathLike, drafters: Iterable) -> dict[str, list]
             if "|" not in stored or stored in mine}
 
 
-def _read_kinds(key: str) -> dict[str, list]:
+def _read(key: str) -> dict:
+    """The cache entry written under `key`; empty if there is none, or it is corrupt or another key's."""
     try:
         data = json.loads(_path(key).read_text())
-        return dict(data["kinds"]) if data.get("key") == key else {}
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) and data.get("key") == key else {}
+
+
+def _read_kinds(key: str) -> dict[str, list]:
+    try:
+        return dict(_read(key).get("kinds", {}))
+    except (TypeError, ValueError):
         return {}
 
 
 def _read_counts(key: str) -> tuple[int, int] | None:
+    data = _read(key)
     try:
-        data = json.loads(_path(key).read_text())
-        return (int(data["drafted"]), int(data["accepted"])) if data.get("key") == key else None
-    except (OSError, ValueError, KeyError, TypeError):
+        return (int(data["drafted"]), int(data["accepted"])) if data else None
+    except (KeyError, TypeError, ValueError):
         return None
 
 
@@ -184,13 +193,13 @@ def load(key: str | None, cost: CostModel) -> bool:
     """Fill `cost` from the cache; False if there is nothing usable."""
     if key is None:
         return False
+    data = _read(key)
+    if data.get("format") != CURVE_FORMAT:
+        return False
     try:
-        data = json.loads(_path(key).read_text())
-        if data.get("key") != key or data.get("format") != CURVE_FORMAT:
-            return False
         cost.set_timed({int(n): float(seconds) for n, seconds in data["seconds"].items()})
         return cost.calibrated
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return False
 
 
