@@ -18,6 +18,7 @@ from typing import Iterator, Sequence
 
 from ..export_check import MANIFEST, file_digests
 from .gguf_writer import GGUF_QUANTS, quantize_gguf, write_gguf
+from .onnx_attention import fold_grouped_query_attention
 from .onnx_export import ONNX_QUANTS, export_onnx, quantize_onnx
 from .source import ExportError, Source, load_model, open_source, stage_checkpoint
 
@@ -145,7 +146,7 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
     try:
         result = scratch / "result"
         result.mkdir()
-        keep, trim, ternary_info = None, None, None
+        keep, trim, ternary_info, gqa_folded = None, None, None, None
         if plan.trim_vocab is not None:
             from .vocabtrim import plan_trim, write_vocab_map
 
@@ -158,6 +159,9 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
             fp32 = scratch / "fp32" if plan.quant != "fp32" else result
             with stages.stage("exporting ONNX (optimum, with KV cache)"):
                 export_onnx(checkpoint, fp32)
+            with stages.stage("folding grouped-query attention (the KV cache read unrepeated)"):
+                gqa_folded = fold_grouped_query_attention(fp32 / "model.onnx", model.config.num_attention_heads,
+                                                          _kv_heads(model.config))
             if keep is not None:
                 from .vocabtrim import trim_onnx
 
@@ -213,6 +217,7 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
             "files": file_digests(result),  # compared before every load (export_check)
             "validation": validation,
             "ternary": ternary_info,
+            "gqa_folded": gqa_folded,  # ONNX: repeated K/V tensors folded into the queries (2 per layer)
             "stage_seconds": stages.seconds,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
@@ -225,3 +230,7 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
         shutil.rmtree(scratch, ignore_errors=True)
         if own:
             loaded.close()
+
+
+def _kv_heads(config) -> int:
+    return getattr(config, "num_key_value_heads", None) or config.num_attention_heads

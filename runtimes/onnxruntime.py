@@ -7,12 +7,14 @@ a copy (each array's base is the OrtValue) and reads numpy inputs in place, so
 nothing here copies the cache between steps. IO binding (each `present` bound as
 the next `past`) was measured against this on SmolLM2-135M fp32, alternating in one
 process: no faster on 5-token verification, slower on 1-token decode (0.73x the
-speed at context 64, 0.93x at 2048). What does copy the cache every run is the graph:
+speed at context 64, 0.93x at 2048). What does copy the cache every run is the graph.
 optimum's layout concatenates past and new rows (Concat) and repeats the KV heads
 for grouped-query attention (Expand); at context 2048 the graph's Concat and Expand
-nodes took 59 of 108 ms of a decode run in ONNX Runtime's profiler. Removing them needs an in-place cache and a
-fused GroupQueryAttention, which onnxruntime's transformer optimizer does not make
-of optimum's llama graph (it fuses the rotary embedding only).
+nodes took 59 of 108 ms of a decode run in ONNX Runtime's profiler. `edgespec export`
+folds the repeated heads away (export/onnx_attention.py). The Concat stays: removing
+it needs an in-place cache and a fused GroupQueryAttention, which onnxruntime's
+transformer optimizer does not make of optimum's llama graph (it fuses the rotary
+embedding only).
 
 Evaluating k draft tokens is one run with a k-token `input_ids`. Rolling back
 copies nothing at first: the rejected rows stay in the cache, masked out by

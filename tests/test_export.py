@@ -43,6 +43,21 @@ def test_onnx_fp32_matches_its_source_and_generates(checkpoint, tmp_path):
     assert spec.token_ids == plain.token_ids
 
 
+def test_onnx_export_reads_the_kv_cache_without_repeating_its_heads(checkpoint, tmp_path):
+    """4 query heads share 2 KV heads here. transformers repeats each KV head for its
+    queries (an Expand of the whole cache every run); the export folds the queries
+    instead, so no Expand reads a cache tensor, and the logits stay the source's."""
+    import onnx
+
+    m = export(checkpoint, tmp_path, "onnx", "fp32")
+    assert m["gqa_folded"] == 2 * 2  # K and V of both layers
+    assert m["validation"]["top1_agreement"] == 1.0 and m["validation"]["max_abs_dlogit"] < 1e-3
+    g = onnx.load(str(tmp_path / "onnx-fp32" / "model.onnx")).graph
+    producer = {o: n for n in g.node for o in n.output}
+    expanded = [producer.get(n.input[0]) for n in g.node if n.op_type == "Expand"]
+    assert not [p for p in expanded if p is not None and p.input and p.input[0].startswith("present.")]
+
+
 def test_onnx_rollback_masks_rejected_rows_and_compacts_them_later(checkpoint, tmp_path):
     """Rolling back on ONNX Runtime copies nothing: the rejected draft's cache rows
     stay, masked out, and what follows reads as if they had never been evaluated.
