@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from .source import ExportError
+from .source import ExportError, kv_heads
 
 GGUF_QUANTS = ("f16", "q8_0", "q4_k_m", "tq2_0", "tq1_0")  # TQ: llama.cpp's ternary types
 
@@ -57,7 +57,7 @@ def write_gguf(model, checkpoint: Path, out: Path, tokenizer_gguf: Path | None =
     arch = cfg.model_type
     if arch not in ("llama", "qwen2"):
         raise ExportError(f"GGUF export supports llama and qwen2, not {arch!r}")
-    n_head, n_kv = cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    n_head, n_kv = cfg.num_attention_heads, kv_heads(cfg)
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_head
     w = gguf.GGUFWriter(str(out), arch)
     w.add_name(Path(str(getattr(cfg, "_name_or_path", "") or checkpoint)).name or arch)

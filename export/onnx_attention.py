@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .onnx_export import save_in_place
+
 _PASS_THROUGH = ("Transpose", "Mul", "Div")  # between the repeated K and its MatMul: K^T and the scale
 
 
@@ -37,11 +39,7 @@ def fold_grouped_query_attention(model_path: Path, n_head: int, n_kv_head: int) 
     if not folded:
         return 0
     _prune(g)
-    big = sum(i.ByteSize() for i in g.initializer) > 1.8e9
-    data = model_path.with_name(model_path.name + "_data")
-    if data.exists():
-        data.unlink()  # rewritten below
-    onnx.save(m, str(model_path), save_as_external_data=big, location=data.name if big else None)
+    save_in_place(m, model_path)
     return folded
 
 

@@ -32,6 +32,18 @@ def export_onnx(checkpoint: Path, out: Path) -> Path:
     return model
 
 
+def save_in_place(model, model_path: Path) -> None:
+    """Write a rewritten ModelProto back to `model_path`; past protobuf's 2 GB limit the
+    weights go to `<name>_data` beside it, rewritten whole so no stale tensor stays."""
+    import onnx
+
+    big = sum(i.ByteSize() for i in model.graph.initializer) > 1.8e9
+    data = model_path.with_name(model_path.name + "_data")
+    if data.exists():
+        data.unlink()
+    onnx.save(model, str(model_path), save_as_external_data=big, location=data.name if big else None)
+
+
 def copy_side_files(src: Path, dst: Path) -> None:
     for name in _SIDE_FILES:
         if (src / name).is_file():

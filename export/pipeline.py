@@ -20,7 +20,7 @@ from ..export_check import MANIFEST, file_digests
 from .gguf_writer import GGUF_QUANTS, quantize_gguf, write_gguf
 from .onnx_attention import fold_grouped_query_attention
 from .onnx_export import ONNX_QUANTS, export_onnx, quantize_onnx
-from .source import ExportError, Source, load_model, open_source, stage_checkpoint
+from .source import ExportError, Source, kv_heads, load_model, open_source, stage_checkpoint
 
 TERNARY_QUANTS = ("b1.58",)  # BitNet b1.58 absmean ternary, int8 activations
 
@@ -161,7 +161,7 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
                 export_onnx(checkpoint, fp32)
             with stages.stage("folding grouped-query attention (the KV cache read unrepeated)"):
                 gqa_folded = fold_grouped_query_attention(fp32 / "model.onnx", model.config.num_attention_heads,
-                                                          _kv_heads(model.config))
+                                                          kv_heads(model.config))
             if keep is not None:
                 from .vocabtrim import trim_onnx
 
@@ -230,7 +230,3 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
         shutil.rmtree(scratch, ignore_errors=True)
         if own:
             loaded.close()
-
-
-def _kv_heads(config) -> int:
-    return getattr(config, "num_key_value_heads", None) or config.num_attention_heads

@@ -72,6 +72,11 @@ def _check_arch(arch: str, p: Path) -> None:
         raise ExportError(f"{p}: architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHS)})")
 
 
+def kv_heads(config) -> int:
+    """KV heads of a transformers config; one without `num_key_value_heads` has one per query head."""
+    return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+
+
 def load_model(source: Source):
     """(model, tokenizer) in float32 on the CPU, as transformers loads them."""
     import torch

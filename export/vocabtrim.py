@@ -163,6 +163,8 @@ def trim_onnx(model_path: Path, keep: np.ndarray) -> None:
     import onnx
     from onnx import numpy_helper
 
+    from .onnx_export import save_in_place
+
     m = onnx.load(str(model_path))
     g = m.graph
     producer = {o: n for n in g.node for o in n.output}
@@ -185,11 +187,7 @@ def trim_onnx(model_path: Path, keep: np.ndarray) -> None:
     for out in g.output:
         if out.name == "logits":
             out.type.tensor_type.shape.dim[-1].dim_value = len(keep)
-    big = sum(i.ByteSize() for i in g.initializer) > 1.8e9
-    data = model_path.with_name(model_path.name + "_data")
-    if data.exists():
-        data.unlink()  # rewritten below; stale tensors would otherwise stay in it
-    onnx.save(m, str(model_path), save_as_external_data=big, location=data.name if big else None)
+    save_in_place(m, model_path)
 
 
 def input_table(keep: np.ndarray) -> np.ndarray:
