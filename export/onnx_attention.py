@@ -1,4 +1,5 @@
-"""Grouped-query attention without repeated KV heads, for optimum's decoder graphs.
+"""Grouped-query attention for optimum's decoder graphs: without repeated KV heads
+(the fold), then fused into one node per layer that writes the cache in place.
 
 transformers' eager attention repeats each KV head for the query heads that share it
 (`repeat_kv`: Unsqueeze, Expand, Reshape), and optimum's export keeps that: every run
@@ -13,6 +14,14 @@ h = kv * (H/KV) + j reads KV head kv, as in `repeat_kv`. Only reshapes of the
 query-side tensors are added. Measured on SmolLM2-135M fp32, the same export folded
 and not, alternating in one process: decode 1.51x as fast at context 512 and 1.65x
 at 2048, 5-token verification 1.28x and 1.61x; logits within 6e-5.
+
+optimum's graph also concatenates the past cache with each run's rows (a fresh copy
+of the whole cache every run). `fuse_group_query_attention` replaces each folded
+layer's attention core (scores, mask, softmax, values) by ONNX Runtime's
+GroupQueryAttention, whose cache can be one buffer bound as both past and present.
+Measured on SmolLM2-135M fp32, folded against folded and fused, each in its own
+blocks of runs: decode 1.08x as fast at context 64 and 1.14x at 2048, 5-token
+verification 1.10x and 1.14x; logits within 3e-4 after a 400-token prefill.
 """
 
 from __future__ import annotations
@@ -143,8 +152,7 @@ def _fits(node, g) -> bool:
     """A pass-through node must not mix heads: K^T swaps the last two axes only, and
     the scale is one number."""
     if node.op_type == "Transpose":
-        perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
-        return perm == [0, 1, 3, 2]
+        return _perm(node) == [0, 1, 3, 2]
     scale = _constant(node.input[1], g)
     return scale is not None and scale.size == 1
 
@@ -163,3 +171,176 @@ def _prune(g) -> None:
     used = {i for n in g.node for i in n.input}
     for init in [i for i in g.initializer if i.name not in used]:
         g.initializer.remove(init)
+
+
+# -- GroupQueryAttention with the cache written in place ------------------------------
+
+SEQLENS = "seqlens_k"  # per sequence: tokens in the cache after this run, minus one
+TOTAL = "total_sequence_length"  # tokens in the cache after this run
+_SCALES = ("Mul", "Div")
+_SCORES_TO_PROBS = {"Reshape", "Add", "Softmax", "IsNaN", "Where", "Cast"}  # the mask, softmax, NaN guard
+
+
+def fuse_group_query_attention(model_path: Path, n_head: int, n_kv_head: int) -> int:
+    """Replace each layer's attention core in a folded graph (see
+    `fold_grouped_query_attention`) by one com.microsoft.GroupQueryAttention node;
+    returns the number of layers fused, and leaves the file alone (0) unless every
+    layer matches, so a model has one cache layout.
+
+    The fused graph reads `seqlens_k` and `total_sequence_length` instead of
+    `attention_mask`: attention is causal over the first `total_sequence_length`
+    rows of the cache. Bound to one buffer as both `past_key_values.*` and
+    `present.*` (IO binding), the cache is written in place: a run writes its own
+    rows and copies nothing else, and rolling back is a smaller `seqlens_k`.
+    """
+    import onnx
+
+    if n_head % n_kv_head:
+        return 0
+    m = onnx.load(str(model_path))
+    g = m.graph
+    layers = _attention_cores(g)
+    if not layers:
+        return 0
+    _fuse(m, layers, n_head, n_kv_head)
+    _prune(g)
+    used = {i for n in g.node for i in n.input}
+    for x in [x for x in g.input if x.name == "attention_mask" and x.name not in used]:
+        g.input.remove(x)
+    live = {o for n in g.node for o in n.output} | {i.name for i in g.input}
+    for v in [v for v in g.value_info if v.name not in live]:
+        g.value_info.remove(v)
+    save_in_place(m, model_path)
+    return len(layers)
+
+
+def _attention_cores(g) -> list[dict] | None:
+    """Per layer, the tensors around its attention core, or None if any layer's graph
+    is not the folded pattern: Concat(past, new) for K and V; scores = (q * a) @ (K^T * b)
+    with the group folded into the query rows; mask, softmax; probs @ V; then the heads
+    transposed back and flattened for o_proj."""
+    producer = {o: n for n in g.node for o in n.output}
+    consumers: dict[str, list] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    cores = []
+    keys = sorted((o.name for o in g.output if o.name.startswith("present.") and o.name.endswith(".key")),
+                  key=lambda s: int(s.split(".")[1]))
+    if not keys:
+        return None
+    for present_k in keys:
+        layer = present_k.split(".")[1]
+        present_v = f"present.{layer}.value"
+        ck, cv = producer.get(present_k), producer.get(present_v)
+        if not (_is_concat_of(ck, f"past_key_values.{layer}.key") and _is_concat_of(cv, f"past_key_values.{layer}.value")):
+            return None
+        # K side: present -> K^T -> scale -> scores MatMul (right side)
+        node, t, scale = _only([n for n in consumers.get(present_k, []) if n.op_type != "Shape"]), present_k, 1.0
+        while node is not None and node.op_type in ("Transpose", *_SCALES) and node.input[0] == t and _fits(node, g):
+            if node.op_type != "Transpose":
+                scale = _scaled(scale, node, g)
+            t = node.output[0]
+            node = _only(consumers.get(t))
+        scores = node
+        if scores is None or scores.op_type != "MatMul" or scores.input[1] != t:
+            return None
+        # Q side: the folded view of the scaled, rotated queries
+        to_kv = producer.get(scores.input[0])
+        if to_kv is None or to_kv.op_type != "Reshape" or not to_kv.name.startswith("gqa_fold."):
+            return None
+        q = to_kv.input[0]
+        while (n := producer.get(q)) is not None and n.op_type in _SCALES and _fits(n, g):
+            scale, q = _scaled(scale, n, g), n.input[0]
+        # probs @ V, then back to (1, n, H*d) for o_proj
+        pv = _only([n for n in consumers.get(present_v, []) if n.op_type == "MatMul" and n.input[1] == present_v])
+        if pv is None or (left := producer.get(pv.input[0])) is None or not left.name.startswith("gqa_fold."):
+            return None
+        if not _only_softmax_between(scores.output[0], left, consumers):
+            return None
+        chain, t = [], pv.output[0]
+        for op in ("Reshape", "Transpose", "Reshape"):
+            n = _only(consumers.get(t))
+            if n is None or n.op_type != op or (op == "Transpose" and _perm(n) != [0, 2, 1, 3]):
+                return None
+            chain.append(n)
+            t = n.output[0]
+        if not any(n.op_type == "MatMul" for n in consumers.get(t, [])):
+            return None
+        cores.append({"layer": layer, "q": q, "k": ck.input[1], "v": cv.input[1], "concats": (ck, cv),
+                      "out": chain[-1], "scale": scale})
+    return cores
+
+
+def _fuse(m, cores: list[dict], n_head: int, n_kv_head: int) -> None:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    g = m.graph
+    flat = numpy_helper.from_array(np.array([0, 0, -1], np.int64), "gqa_fuse.flat")
+    g.initializer.append(flat)
+    g.input.extend([helper.make_tensor_value_info(SEQLENS, TensorProto.INT32, ["batch_size"]),
+                    helper.make_tensor_value_info(TOTAL, TensorProto.INT32, [])])
+    replace = {}
+    for c in cores:
+        tag, L = f"gqa_fuse.{c['layer']}", c["layer"]
+        nodes = []
+        for side in ("q", "k", "v"):  # (1, heads, n, d) -> (1, n, heads * d)
+            nodes.append(helper.make_node("Transpose", [c[side]], [f"{tag}.{side}_t"], perm=[0, 2, 1, 3],
+                                          name=f"{tag}/{side}_t"))
+            nodes.append(helper.make_node("Reshape", [f"{tag}.{side}_t", flat.name], [f"{tag}.{side}"],
+                                          name=f"{tag}/{side}"))
+        nodes.append(helper.make_node(
+            "GroupQueryAttention",
+            [f"{tag}.q", f"{tag}.k", f"{tag}.v", f"past_key_values.{L}.key", f"past_key_values.{L}.value", SEQLENS, TOTAL],
+            [c["out"].output[0], f"present.{L}.key", f"present.{L}.value"],
+            domain="com.microsoft", name=f"{tag}/attention", num_heads=n_head, kv_num_heads=n_kv_head,
+            scale=float(c["scale"])))
+        replace[id(c["out"])] = nodes
+    dropped = {id(x) for c in cores for x in c["concats"]}
+    nodes = []
+    for n in g.node:  # the fused node takes the place of the reshape for o_proj: its inputs come before
+        if id(n) in dropped:
+            continue
+        for x in replace.get(id(n), [n]):
+            c = onnx.NodeProto()
+            c.CopyFrom(x)
+            nodes.append(c)
+    del g.node[:]
+    g.node.extend(nodes)
+    if not any(o.domain == "com.microsoft" for o in m.opset_import):
+        m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    for o in g.output:  # the cache keeps its full length now
+        if o.name.startswith("present."):
+            o.type.tensor_type.shape.dim[2].dim_param = "cache_length"
+
+
+def _is_concat_of(node, past: str) -> bool:
+    return (node is not None and node.op_type == "Concat" and len(node.input) == 2 and node.input[0] == past
+            and any(a.name == "axis" and a.i in (2, -2) for a in node.attribute))
+
+
+def _perm(node) -> list[int] | None:
+    return next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+
+
+def _scaled(scale: float, node, g) -> float:
+    c = float(_constant(node.input[1], g).reshape(()))
+    return scale * c if node.op_type == "Mul" else scale / c
+
+
+def _only_softmax_between(scores: str, probs_view, consumers: dict) -> bool:
+    """Everything reading the scores until the folded view of the probabilities is mask,
+    softmax and NaN-guard arithmetic, with one Softmax: nothing else attention does."""
+    seen, todo, softmax = set(), [scores], 0
+    while todo:
+        t = todo.pop()
+        for n in consumers.get(t, []):
+            if n is probs_view or id(n) in seen:
+                continue
+            if n.op_type not in _SCORES_TO_PROBS:
+                return False
+            seen.add(id(n))
+            softmax += n.op_type == "Softmax"
+            todo.extend(n.output)
+    return softmax == 1

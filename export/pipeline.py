@@ -18,9 +18,9 @@ from typing import Iterator, Sequence
 
 from ..export_check import MANIFEST, file_digests
 from .gguf_writer import GGUF_QUANTS, quantize_gguf, write_gguf
-from .onnx_attention import fold_grouped_query_attention
+from .onnx_attention import fold_grouped_query_attention, fuse_group_query_attention
 from .onnx_export import ONNX_QUANTS, export_onnx, quantize_onnx
-from .source import ExportError, Source, kv_heads, load_model, open_source, stage_checkpoint
+from .source import ExportError, Source, kv_heads, load_model, open_source, sliding_window, stage_checkpoint
 
 TERNARY_QUANTS = ("b1.58",)  # BitNet b1.58 absmean ternary, int8 activations
 
@@ -146,7 +146,7 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
     try:
         result = scratch / "result"
         result.mkdir()
-        keep, trim, ternary_info, gqa_folded = None, None, None, None
+        keep, trim, ternary_info, gqa_folded, gqa_fused = None, None, None, None, None
         if plan.trim_vocab is not None:
             from .vocabtrim import plan_trim, write_vocab_map
 
@@ -162,6 +162,10 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
             with stages.stage("folding grouped-query attention (the KV cache read unrepeated)"):
                 gqa_folded = fold_grouped_query_attention(fp32 / "model.onnx", model.config.num_attention_heads,
                                                           kv_heads(model.config))
+            if not sliding_window(model.config.to_dict()):  # GroupQueryAttention would need its window set
+                with stages.stage("fusing attention (GroupQueryAttention, the KV cache written in place)"):
+                    gqa_fused = fuse_group_query_attention(fp32 / "model.onnx", model.config.num_attention_heads,
+                                                           kv_heads(model.config))
             if keep is not None:
                 from .vocabtrim import trim_onnx
 
@@ -218,6 +222,7 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
             "validation": validation,
             "ternary": ternary_info,
             "gqa_folded": gqa_folded,  # ONNX: repeated K/V tensors folded into the queries (2 per layer)
+            "gqa_fused": gqa_fused,  # ONNX: layers whose attention is one GroupQueryAttention (cache in place)
             "stage_seconds": stages.seconds,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }

@@ -77,6 +77,12 @@ def kv_heads(config) -> int:
     return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
 
 
+def sliding_window(config: dict) -> bool:
+    """Whether a model's attention (its config.json, as a dict) is limited to a window;
+    Qwen2 configs name a window they do not use."""
+    return bool(config.get("sliding_window") and config.get("use_sliding_window", True))
+
+
 def load_model(source: Source):
     """(model, tokenizer) in float32 on the CPU, as transformers loads them."""
     import torch

@@ -1,28 +1,22 @@
 """The ONNX Runtime backend: a decoder exported with its KV cache (optimum's
 `text-generation-with-past` layout) that returns logits for every input position.
 
-The KV cache lives between runs in the `present` outputs of the last one. They are
-ONNX Runtime's own buffers: onnxruntime 1.32's `run` hands outputs to numpy without
-a copy (each array's base is the OrtValue) and reads numpy inputs in place, so
-nothing here copies the cache between steps. IO binding (each `present` bound as
-the next `past`) was measured against this on SmolLM2-135M fp32, alternating in one
-process: no faster on 5-token verification, slower on 1-token decode (0.73x the
-speed at context 64, 0.93x at 2048). What does copy the cache every run is the graph.
-optimum's layout concatenates past and new rows (Concat) and repeats the KV heads
-for grouped-query attention (Expand); at context 2048 the graph's Concat and Expand
-nodes took 59 of 108 ms of a decode run in ONNX Runtime's profiler. `edgespec export`
-folds the repeated heads away (export/onnx_attention.py). The Concat stays: removing
-it needs an in-place cache and a fused GroupQueryAttention, which onnxruntime's
-transformer optimizer does not make of optimum's llama graph (it fuses the rotary
-embedding only).
+The KV cache of an export made by `edgespec export` is written in place: each
+layer's attention is one com.microsoft.GroupQueryAttention node
+(export/onnx_attention.py), and one preallocated buffer per layer, as long as the
+context, is bound (IO binding) as both its `past_key_values.*` input and its
+`present.*` output. A run writes its own rows and copies nothing else; rolling back
+is a smaller `seqlens_k` next run, and the rejected rows are overwritten.
 
-Evaluating k draft tokens is one run with a k-token `input_ids`. Rolling back
+Older exports (optimum's layout as it comes) concatenate past and new rows into a
+fresh `present` every run, ONNX Runtime's own buffers handed to numpy without a
+copy. Evaluating k draft tokens is one run with a k-token `input_ids`. Rolling back
 copies nothing at first: the rejected rows stay in the cache, masked out by
 `attention_mask`, and the tokens after them take their positions from
-`position_ids`. Copying the kept prefix on every
-rejection measured half of a 5-token verification step at context 2048 on
-SmolLM2-135M int8 (58 of 114 ms: a fresh 90 MB array pages in). The cache is
-compacted once the masked rows pass an eighth of it (and 64 rows).
+`position_ids`. Copying the kept prefix on every rejection measured half of a
+5-token verification step at context 2048 on SmolLM2-135M int8 (58 of 114 ms: a
+fresh 90 MB array pages in), so the cache is compacted once the masked rows pass an
+eighth of it (and 64 rows).
 """
 
 from __future__ import annotations
@@ -37,6 +31,8 @@ import numpy as np
 
 from ..backend import Backend
 from ..errors import ContextOverflowError, ModelError
+from ..export.onnx_attention import SEQLENS, TOTAL
+from ..export.source import sliding_window
 from ..export.vocabtrim import read_vocab_map
 from .hf_tokenizer import HFTokenizer
 
@@ -69,6 +65,12 @@ class OnnxBackend(Backend):
         so = ort.SessionOptions()
         so.intra_op_num_threads = self.n_threads
         so.inter_op_num_threads = 1
+        # ONNX Runtime's idle threads spin after a run, by default long enough to take the
+        # cores from whatever runs next: a drafter's session, llama.cpp, the drafting
+        # code. SmolLM2-135M fp32 decode, context 512, 2 cores: 25 ms alone, 46 ms
+        # alternating with a second session; spinning 100 us at most, 24 ms either way
+        # (no spinning at all: 31 ms)
+        so.add_session_config_entry("session.intra_op.spin_duration_us", "100")
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         try:
             self._sess = ort.InferenceSession(str(self.path), so, providers=list(providers or ["CPUExecutionProvider"]))
@@ -96,16 +98,28 @@ class OnnxBackend(Backend):
         self.vocab_map, self.inputs_trimmed = read_vocab_map(self.path)  # a VocabTrim'd drafter
         # masking rolled-back rows needs positions from position_ids; a sliding window counts
         # cache rows, masked ones too, so such models copy on every rollback instead
-        sliding = cfg.get("sliding_window") and cfg.get("use_sliding_window", True)
-        self._masks_rollback = self._has_mask and self._has_pos and not sliding
+        self._masks_rollback = self._has_mask and self._has_pos and not sliding_window(cfg)
+        self._in_place = SEQLENS in inputs  # GroupQueryAttention over a preallocated cache
         self._reset_kv()
         self._max_outputs = 1
 
     def _reset_kv(self) -> None:
-        shape = (1, self.n_head_kv, 0, self.head_dim)
-        self._kv = [np.zeros(shape, self._kv_dtype) for _ in self._past_names]
         self._n_past = 0
         self._live = np.zeros(0, np.int64)  # per cache row: 1 if it holds a kept token, 0 if rolled back
+        if self._in_place:
+            import onnxruntime as ort
+
+            # zeroed pages are only touched (resident) as rows are written
+            shape = (1, self.n_head_kv, self.n_ctx, self.head_dim)
+            self._kv = [ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, self._kv_dtype)) for _ in self._past_names]
+            self._io = self._sess.io_binding()
+            self._io.bind_output("logits")  # first: outputs come back in binding order; rebound every run
+            for past, present, buf in zip(self._past_names, self._present_names, self._kv):
+                self._io.bind_ortvalue_input(past, buf)
+                self._io.bind_ortvalue_output(present, buf)
+            return
+        shape = (1, self.n_head_kv, 0, self.head_dim)
+        self._kv = [np.zeros(shape, self._kv_dtype) for _ in self._past_names]
 
     @property
     def n_past(self) -> int:
@@ -118,6 +132,11 @@ class OnnxBackend(Backend):
         if self._n_past + n > self.n_ctx:
             raise ContextOverflowError(f"context full: {self._n_past} + {n} tokens exceed the context of {self.n_ctx}")
         n_logits = n if n_logits is None else n_logits
+        self._max_outputs = max(self._max_outputs, n)
+        if self._in_place:
+            logits = self._eval_in_place(ids)[0, n - n_logits :]
+            self._n_past += n
+            return logits if logits.dtype == np.float32 else logits.astype(np.float32)
         if len(self._live) + n > self.n_ctx:  # masked rows never take the cache past the context
             self._compact()
         feed: dict[str, np.ndarray] = {"input_ids": np.asarray([ids], dtype=np.int64)}
@@ -133,13 +152,26 @@ class OnnxBackend(Backend):
         self._kv = outs[1:]
         self._live = live
         self._n_past += n
-        self._max_outputs = max(self._max_outputs, n)
         logits = outs[0][0, n - n_logits :]
         return logits if logits.dtype == np.float32 else logits.astype(np.float32)
+
+    def _eval_in_place(self, ids: Sequence[int]) -> np.ndarray:
+        n, io, total = len(ids), self._io, self._n_past + len(ids)
+        io.bind_cpu_input("input_ids", np.asarray([ids], dtype=np.int64))
+        if self._has_pos:
+            io.bind_cpu_input("position_ids", np.arange(self._n_past, total, dtype=np.int64)[None])
+        io.bind_cpu_input(SEQLENS, np.array([total - 1], np.int32))
+        io.bind_cpu_input(TOTAL, np.array(total, np.int32))
+        io.bind_output("logits")  # unallocated: the last run's logits had their own length
+        self._sess.run_with_iobinding(io)
+        return io.get_outputs()[0].numpy()
 
     def rollback(self, n_past: int) -> None:
         self._check_rollback(n_past)
         if n_past >= self._n_past:
+            return
+        if self._in_place:  # the next run writes over the rejected rows
+            self._n_past = n_past
             return
         # the rolled-back tokens are the last live rows: mask them
         self._live[np.flatnonzero(self._live)[n_past:]] = 0
@@ -166,7 +198,8 @@ class OnnxBackend(Backend):
             weights += data.stat().st_size
         return {
             "weights": weights,
-            "kv_cache": self.kv_bytes_per_token() * len(self._live),  # rolled-back rows included
+            # reserved for the whole context in place, else as grown (rolled-back rows included)
+            "kv_cache": self.kv_bytes_per_token() * (self.n_ctx if self._in_place else len(self._live)),
             "logits": self._max_outputs * self.n_vocab * 4,
         }
 
@@ -179,6 +212,7 @@ class OnnxBackend(Backend):
 
     def close(self) -> None:
         self._sess = None
+        self._io = None
         self._kv = []
 
 

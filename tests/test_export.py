@@ -45,43 +45,81 @@ def test_onnx_fp32_matches_its_source_and_generates(checkpoint, tmp_path):
 
 def test_onnx_export_reads_the_kv_cache_without_repeating_its_heads(checkpoint, tmp_path):
     """4 query heads share 2 KV heads here. transformers repeats each KV head for its
-    queries (an Expand of the whole cache every run); the export folds the queries
-    instead, so no Expand reads a cache tensor, and the logits stay the source's."""
+    queries (an Expand of the whole cache every run) and concatenates the cache with
+    each run's rows (a Concat); the export folds the queries instead and fuses each
+    layer's attention into one GroupQueryAttention that writes the cache in place,
+    and the logits stay the source's."""
     import onnx
 
     m = export(checkpoint, tmp_path, "onnx", "fp32")
     assert m["gqa_folded"] == 2 * 2  # K and V of both layers
+    assert m["gqa_fused"] == 2  # both layers
     assert m["validation"]["top1_agreement"] == 1.0 and m["validation"]["max_abs_dlogit"] < 1e-3
     g = onnx.load(str(tmp_path / "onnx-fp32" / "model.onnx")).graph
-    producer = {o: n for n in g.node for o in n.output}
-    expanded = [producer.get(n.input[0]) for n in g.node if n.op_type == "Expand"]
-    assert not [p for p in expanded if p is not None and p.input and p.input[0].startswith("present.")]
+    assert [n.op_type for n in g.node].count("GroupQueryAttention") == 2
+    readers = {n.op_type for n in g.node for i in n.input if i.startswith("past_key_values.")}
+    assert readers == {"GroupQueryAttention"}  # no Concat, Expand or Shape of the cache
 
 
-def test_onnx_rollback_masks_rejected_rows_and_compacts_them_later(checkpoint, tmp_path):
-    """Rolling back on ONNX Runtime copies nothing: the rejected draft's cache rows
-    stay, masked out, and what follows reads as if they had never been evaluated.
-    Once the masked rows pass an eighth of the cache they are dropped."""
+def test_onnx_cache_is_written_in_place_and_rollback_copies_nothing(checkpoint, tmp_path):
+    """The cache is one buffer per layer as long as the context, bound as both the
+    graph's past and present: a rejected draft is rolled back by counting fewer rows,
+    and what follows overwrites them and reads as if they had never been evaluated."""
     from edgespec.runtimes import open_backend
 
     export(checkpoint, tmp_path, "onnx", "fp32")
     ids = list(range(3, 43))
     with open_backend(tmp_path / "onnx-fp32", n_ctx=256) as b:
+        buffers = [kv.data_ptr() for kv in b._kv]
         straight = np.array(b.eval(ids))
         b.rollback(0)
         b.eval(ids[:20])
         b.eval([7, 8, 9, 10, 11])  # a draft, rejected whole
         b.rollback(20)
-        assert b.n_past == 20 and b.memory()["kv_cache"] == 25 * b.kv_bytes_per_token()  # masked, not copied
         after = np.array(b.eval(ids[20:]))
-        for _ in range(20):  # rejected drafts pile up until the cache is compacted
+        for _ in range(20):  # rejected drafts, one after another
             b.eval([5] * 4)
             b.rollback(40)
-        assert b.memory()["kv_cache"] < (40 + 64 + 4) * b.kv_bytes_per_token()
         last = np.array(b.eval([6]))
+        assert [kv.data_ptr() for kv in b._kv] == buffers  # the same buffers all along
+        assert b.memory()["kv_cache"] == 256 * b.kv_bytes_per_token()  # reserved for the context
         b.rollback(0)
         b.eval(ids)
         clean = np.array(b.eval([6]))
+    assert np.abs(after - straight[20:]).max() < 1e-4 * np.abs(straight).max()
+    assert np.abs(last - clean).max() < 1e-4 * np.abs(clean).max()
+
+
+def test_an_older_onnx_export_masks_rejected_rows_and_compacts_them_later(checkpoint, tmp_path):
+    """Exports made before attention was fused concatenate the cache every run. Rolling
+    back copies nothing at first: the rejected draft's rows stay, masked out, and what
+    follows reads as if they had never been evaluated. Once the masked rows pass an
+    eighth of the cache they are dropped."""
+    from edgespec.export.onnx_attention import fold_grouped_query_attention
+    from edgespec.export.onnx_export import export_onnx
+    from edgespec.runtimes.onnxruntime import OnnxBackend
+
+    folder = tmp_path / "older"
+    export_onnx(checkpoint, folder)
+    fold_grouped_query_attention(folder / "model.onnx", 4, 2)
+    ids = list(range(3, 43))
+    b = OnnxBackend(folder / "model.onnx", n_ctx=256)
+    straight = np.array(b.eval(ids))
+    b.rollback(0)
+    b.eval(ids[:20])
+    b.eval([7, 8, 9, 10, 11])  # a draft, rejected whole
+    b.rollback(20)
+    assert b.n_past == 20 and b.memory()["kv_cache"] == 25 * b.kv_bytes_per_token()  # masked, not copied
+    after = np.array(b.eval(ids[20:]))
+    for _ in range(20):  # rejected drafts pile up until the cache is compacted
+        b.eval([5] * 4)
+        b.rollback(40)
+    assert b.memory()["kv_cache"] < (40 + 64 + 4) * b.kv_bytes_per_token()
+    last = np.array(b.eval([6]))
+    b.rollback(0)
+    b.eval(ids)
+    clean = np.array(b.eval([6]))
+    b.close()
     assert np.abs(after - straight[20:]).max() < 1e-4 * np.abs(straight).max()
     assert np.abs(last - clean).max() < 1e-4 * np.abs(clean).max()
 
