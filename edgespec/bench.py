@@ -295,6 +295,7 @@ def run_bench(
                 t[0] += max(len(r.tokens) - 1, 0) * costs[1]
                 t[1] += lookup_oracle_time(ids, r.tokens, costs)
         oracle["all"] = [sum(t[0] for t in oracle.values()), sum(t[1] for t in oracle.values())]
+    replayed = _replays(drafters, encoded, runs, es, path, max_draft) if es and params.greedy else {}
     for cat in cats + ["all"]:
         def agg(name: str) -> tuple[int, float, int, int, float, list, int]:
             rs = [r for (n, c), lst in runs.items() for r in lst if n == name and (cat == "all" or c == cat)]
@@ -349,7 +350,34 @@ def run_bench(
             })
         if cat in oracle:
             rows.append(_oracle_row(cat, plain_tps, *oracle[cat], ptoks))
+        for d, totals in replayed.items():
+            rows.append(_replay_row(d, cat, plain_tps, *totals[cat], ptoks))
     return rows
+
+
+REPLAY = "replay:"
+
+
+def _replays(drafters: list[str], encoded: list[tuple[str, list[int]]], runs: dict, es: dict, path: Path,
+             max_draft: int) -> dict[str, dict[str, list[float]]]:
+    """Each text-only drafter replayed on plain's outputs (replay.py): the same text for every
+    method, so the ratio is the method's alone."""
+    from . import calibration
+    from .replay import REPLAYABLE, replay
+
+    plain = {cat: iter(runs[(PLAIN, cat)]) for cat in dict.fromkeys(c for c, _ in encoded)}
+    recorded = [(cat, ids, next(plain[cat]).tokens) for cat, ids in encoded]  # runs[...] is in prompt order
+    first = next(iter(es.values())).llm
+    costs = first.engine.controller.cost.costs()
+    seed = calibration.load_kinds(path, [])  # what the real runs' controllers started from, and added to
+    return {d: replay(first.tokenizer, recorded, d, costs, max_draft, seed) for d in drafters if d in REPLAYABLE}
+
+
+def _replay_row(drafter: str, cat: str, plain_tps: float, plain_time: float, replay_time: float, drafted: int,
+                accepted: int, tokens: int) -> dict:
+    return _replayed_row(REPLAY + drafter, cat, plain_tps, plain_time, replay_time, tokens,
+                         round(accepted / drafted, 4) if drafted else None,
+                         "plain's output replayed by the real engine and controller at the measured batch costs")
 
 
 ORACLE = "oracle:lookup"
@@ -358,13 +386,19 @@ ORACLE = "oracle:lookup"
 def _oracle_row(cat: str, plain_tps: float, plain_time: float, oracle_time: float, tokens: int) -> dict:
     """What prompt lookup would reach with a controller that knows how many tokens
     each proposal gets accepted, on this run's own plain output and batch costs."""
-    ratio = plain_time / oracle_time if oracle_time else None
-    return {"drafter": ORACLE, "category": cat,
-            "tokens_per_s": round(plain_tps * ratio, 3) if ratio else 0.0, "acceptance_rate": None,
+    return _replayed_row(ORACLE, cat, plain_tps, plain_time, oracle_time, tokens, None,
+                         "upper bound: plain output replayed with perfect knowledge of acceptance")
+
+
+def _replayed_row(name: str, cat: str, plain_tps: float, plain_time: float, seconds: float, tokens: int,
+                  acceptance: float | None, note: str) -> dict:
+    """A row priced, not timed: plain's output replayed at the run's batch costs."""
+    ratio = plain_time / seconds if seconds else None
+    return {"drafter": name, "category": cat,
+            "tokens_per_s": round(plain_tps * ratio, 3) if ratio else 0.0, "acceptance_rate": acceptance,
             "ratio_to_plain": round(ratio, 3) if ratio else None, "overhead_ms_per_token": None,
             "tokens": tokens, "mean_accepted": None, "acceptance_by_position": [],
-            "identical_to_plain": None, "drafter_step_ms": None, "by_drafter": {},
-            "note": "upper bound: plain output replayed with perfect knowledge of acceptance"}
+            "identical_to_plain": None, "drafter_step_ms": None, "by_drafter": {}, "note": note}
 
 
 def print_rows(rows: list[dict], console: Console) -> None:

@@ -109,6 +109,20 @@ def test_bench_samples_every_row_at_a_temperature(smollm2_path, tmp_path):
     assert all(row["identical_to_plain"] is None for row in rows)
 
 
+@pytest.mark.real_model
+def test_bench_replays_text_only_drafters_on_plains_own_output(smollm2_path, tmp_path):
+    """Beside the measured rows, `replay:<drafter>` runs the same engine on plain's text
+    at the measured batch costs: the drafter's gain without the texts parting at near-ties."""
+    out = tmp_path / "rows.json"
+    r = edgespec("bench", "-m", str(smollm2_path), "--drafters", "lookup,auto", "--no-peer", "-n", "32",
+                 "--limit", "1", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    rows = {(row["drafter"], row["category"]): row for row in json.loads(out.read_text())}
+    replayed, oracle = rows[("replay:lookup", "code")], rows[("oracle:lookup", "code")]
+    assert replayed["acceptance_rate"] > 0 and 0 < replayed["ratio_to_plain"] <= oracle["ratio_to_plain"] * 1.01
+    assert ("replay:auto", "code") not in rows  # auto's recycling reads logits a replay does not have
+
+
 def test_bench_refuses_a_temperature_where_it_cannot_measure_one():
     assert_one_line_error(edgespec("bench", "-m", "smollm2-135m", "--temperature", "0.7", "--uag"),
                           "--temperature is measured on the CPU rows only")

@@ -1,0 +1,44 @@
+"""Replaying a drafter on plain decoding's own text, priced at a given cost curve:
+every method writes the same text, so what it gains is its own."""
+
+import numpy as np
+import pytest
+
+from edgespec.engine import Engine
+from edgespec.oracle import lookup_oracle_time
+from edgespec.replay import replay
+from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
+from prompts import PROMPTS
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    """(category, prompt ids, plain greedy output) for the reference model."""
+    backend = ReferenceBackend(ReferenceModel(seed=7))
+    engine = Engine(backend)
+    runs = []
+    for p in PROMPTS[:8]:
+        engine.reset()
+        ids = backend.tokenizer.encode(p)
+        runs.append(("any", ids, list(engine.generate(ids, 48))))
+    return backend.tokenizer, runs
+
+
+def test_where_batches_are_cheap_replayed_lookup_gains_at_most_what_the_oracle_does(recorded):
+    tokenizer, runs = recorded
+    costs = np.array([0.0] + [1.0 + 0.1 * (n - 1) for n in range(1, 18)])  # 16 extra tokens cost 2.6x one
+    plain_s, replay_s, drafted, accepted = replay(tokenizer, runs, "lookup", costs, max_draft=16)["all"]
+    oracle_s = sum(lookup_oracle_time(ids, out, costs) for _, ids, out in runs)
+    assert drafted > accepted > 0
+    assert plain_s / replay_s > 1.0  # these outputs repeat their prompts: copying pays
+    assert replay_s >= oracle_s * 0.99  # the oracle knows each proposal's fate; the controller learns it
+
+
+def test_where_a_batch_costs_as_much_as_its_tokens_the_replay_stays_at_plain_speed(recorded):
+    """Nothing pays when n tokens cost n times one: the controller declines to draft
+    but for its occasional probes, and the replay says so."""
+    tokenizer, runs = recorded
+    costs = np.arange(18, dtype=float)
+    plain_s, replay_s, drafted, _ = replay(tokenizer, runs, "lookup", costs, max_draft=16)["all"]
+    assert 0.9 < plain_s / replay_s <= 1.05
+    assert drafted < sum(len(out) for _, _, out in runs) / 10
