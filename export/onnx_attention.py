@@ -296,13 +296,13 @@ def _fuse(m, cores: list[dict], n_head: int, n_kv_head: int) -> None:
             [c["out"].output[0], f"present.{L}.key", f"present.{L}.value"],
             domain="com.microsoft", name=f"{tag}/attention", num_heads=n_head, kv_num_heads=n_kv_head,
             scale=float(c["scale"])))
-        replace[id(c["out"])] = nodes
-    dropped = {id(x) for c in cores for x in c["concats"]}
+        replace[c["out"].output[0]] = nodes
+    dropped = {x.output[0] for c in cores for x in c["concats"]}  # nodes by their (unique) first output
     nodes = []
     for n in g.node:  # the fused node takes the place of the reshape for o_proj: its inputs come before
-        if id(n) in dropped:
+        if n.output[0] in dropped:
             continue
-        for x in replace.get(id(n), [n]):
+        for x in replace.get(n.output[0], [n]):
             c = onnx.NodeProto()
             c.CopyFrom(x)
             nodes.append(c)
@@ -336,11 +336,11 @@ def _only_softmax_between(scores: str, probs_view, consumers: dict) -> bool:
     while todo:
         t = todo.pop()
         for n in consumers.get(t, []):
-            if n is probs_view or id(n) in seen:
+            if n.output[0] == probs_view.output[0] or n.output[0] in seen:
                 continue
             if n.op_type not in _SCORES_TO_PROBS:
                 return False
-            seen.add(id(n))
+            seen.add(n.output[0])
             softmax += n.op_type == "Softmax"
             todo.extend(n.output)
     return softmax == 1

@@ -160,6 +160,8 @@ class OnnxBackend(Backend):
         io.bind_cpu_input("input_ids", np.asarray([ids], dtype=np.int64))
         if self._has_pos:
             io.bind_cpu_input("position_ids", np.arange(self._n_past, total, dtype=np.int64)[None])
+        if self._has_mask:  # only if something besides attention still reads it
+            io.bind_cpu_input("attention_mask", np.ones((1, total), np.int64))
         io.bind_cpu_input(SEQLENS, np.array([total - 1], np.int32))
         io.bind_cpu_input(TOTAL, np.array(total, np.int32))
         io.bind_output("logits")  # unallocated: the last run's logits had their own length
