@@ -295,7 +295,7 @@ def run_bench(
                 t[0] += max(len(r.tokens) - 1, 0) * costs[1]
                 t[1] += lookup_oracle_time(ids, r.tokens, costs)
         oracle["all"] = [sum(t[0] for t in oracle.values()), sum(t[1] for t in oracle.values())]
-    replayed = _replays(drafters, encoded, runs, es, path, max_draft) if es and params.greedy else {}
+    replayed = _replays(drafters, encoded, runs, es, path, max_draft, draft_min) if es and params.greedy else {}
     for cat in cats + ["all"]:
         def agg(name: str) -> tuple[int, float, int, int, float, list, int]:
             rs = [r for (n, c), lst in runs.items() for r in lst if n == name and (cat == "all" or c == cat)]
@@ -359,7 +359,7 @@ REPLAY = "replay:"
 
 
 def _replays(drafters: list[str], encoded: list[tuple[str, list[int]]], runs: dict, es: dict, path: Path,
-             max_draft: int) -> dict[str, dict[str, list[float]]]:
+             max_draft: int, draft_min: int) -> dict[str, dict[str, list[float]]]:
     """Each text-only drafter replayed on plain's outputs (replay.py): the same text for every
     method, so the ratio is the method's alone."""
     from . import calibration
@@ -370,7 +370,8 @@ def _replays(drafters: list[str], encoded: list[tuple[str, list[int]]], runs: di
     first = next(iter(es.values())).llm
     costs = first.engine.controller.cost.costs()
     seed = calibration.load_kinds(path, [])  # what the real runs' controllers started from, and added to
-    return {d: replay(first.tokenizer, recorded, d, costs, max_draft, seed) for d in drafters if d in REPLAYABLE}
+    return {d: replay(first.tokenizer, recorded, d, costs, max_draft, seed, draft_min)
+            for d in drafters if d in REPLAYABLE}
 
 
 def _replay_row(drafter: str, cat: str, plain_tps: float, plain_time: float, replay_time: float, drafted: int,

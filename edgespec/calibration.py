@@ -197,15 +197,31 @@ def load(key: str | None, cost: CostModel) -> bool:
     if data.get("format") != CURVE_FORMAT:
         return False
     try:
-        cost.set_timed({int(n): float(seconds) for n, seconds in data["seconds"].items()})
-        return cost.calibrated
-    except (ValueError, KeyError, TypeError):
+        seconds = {int(n): float(s) for n, s in data["seconds"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
         return False
+    if not plausible(seconds):
+        return False
+    cost.set_timed(seconds)
+    return cost.calibrated
+
+
+def plausible(seconds: dict[int, float]) -> bool:
+    """A batch costs at least about what one token does (the weights are read once
+    either way): a curve with a batch under half of that was timed while something
+    else took the cores (seen here: a re-timing during 13 minutes of contention cached
+    6 tokens at 0.29x one token, and the next run drafted by it)."""
+    one = seconds.get(1)
+    return bool(one) and all(s >= 0.5 * one for s in seconds.values())
 
 
 def save(key: str | None, cost: CostModel) -> None:
-    if key is not None:
+    if key is None:
+        return
+    if plausible(cost.measured):
         _write(key, cost.measured)
+    else:
+        forget(key)
 
 
 def forget(key: str | None) -> None:

@@ -76,10 +76,11 @@ class ReplayBackend(Backend):
 
 
 def replay(tokenizer: Tokenizer, runs: Sequence[tuple[str, Sequence[int], Sequence[int]]], drafter: str,
-           costs: np.ndarray, max_draft: int, seed: dict | None = None) -> dict[str, list[float]]:
+           costs: np.ndarray, max_draft: int, seed: dict | None = None, min_k: int = 0) -> dict[str, list[float]]:
     """Replay `drafter` over `runs` (category, prompt ids, plain greedy output), one
     engine for all of them in order, as the bench runs them. `seed`: each kind's
-    long-run acceptance, as the real run's controller started from.
+    long-run acceptance, as the real run's controller started from; `min_k`: as the bench's
+    `--draft-min`.
 
     Returns per category and "all": [plain seconds, replayed seconds, drafted, accepted],
     decode only (after the first token, which comes with the prompt)."""
@@ -88,6 +89,7 @@ def replay(tokenizer: Tokenizer, runs: Sequence[tuple[str, Sequence[int], Sequen
 
     backend = ReplayBackend(tokenizer, costs, n_ctx=max(len(p) + len(o) for _, p, o in runs) + max_draft + 2)
     llm = EdgeSpec(backend, drafter=drafter, max_draft=max_draft)
+    llm.engine.controller.min_k = min_k
     if seed:
         llm.engine.controller.acceptance.seed(seed)
     totals: dict[str, list[float]] = {}

@@ -13,7 +13,9 @@ unrepeated keys and values, and the result viewed back as (1, H, n, ·); query h
 h = kv * (H/KV) + j reads KV head kv, as in `repeat_kv`. Only reshapes of the
 query-side tensors are added. Measured on SmolLM2-135M fp32, the same export folded
 and not, alternating in one process: decode 1.51x as fast at context 512 and 1.65x
-at 2048, 5-token verification 1.28x and 1.61x; logits within 6e-5.
+at 2048, 5-token verification 1.28x and 1.61x; logits within 6e-5. (Timed before the
+backend limited ONNX Runtime's thread spinning, which slowed two sessions alternating
+in one process, both sides alike; the ratios were not measured again.)
 
 optimum's graph also concatenates the past cache with each run's rows (a fresh copy
 of the whole cache every run). `fuse_group_query_attention` replaces each folded

@@ -198,6 +198,25 @@ def test_a_curve_cached_in_the_old_format_is_timed_again(tmp_path, monkeypatch):
     assert not calibration.load("model|2|cpu", CostModel(max_n=3))
 
 
+def test_a_curve_with_a_batch_cheaper_than_half_a_token_is_neither_kept_nor_loaded(tmp_path, monkeypatch):
+    """A batch reads the weights once, as one token does: a curve that puts 6 tokens at
+    0.3x one token was timed while something else took the cores (seen here after a
+    re-timing under a concurrent test run), and drafting by it would be wrong."""
+    import json
+
+    from edgespec import calibration
+
+    monkeypatch.setattr(calibration, "_dir", lambda: tmp_path)
+    calibration.save("model|2|cpu", controller_with_costs({1: 0.07, 2: 0.10, 4: 0.11}).cost)
+    assert calibration.load("model|2|cpu", CostModel(max_n=6))
+    calibration.save("model|2|cpu", controller_with_costs({1: 0.07, 2: 0.17, 6: 0.02}).cost)
+    assert not calibration._path("model|2|cpu").exists()  # the stale good curve went too
+    path = calibration._path("model|2|cpu")  # written by an earlier version, without the check
+    path.write_text(json.dumps({"key": "model|2|cpu", "format": calibration.CURVE_FORMAT,
+                                "seconds": {"1": 0.07, "2": 0.17, "6": 0.02}}))
+    assert not calibration.load("model|2|cpu", CostModel(max_n=6))
+
+
 def test_a_kind_that_paid_in_earlier_runs_drafts_from_the_first_step():
     """At the flat prior (half the drafts accepted) nothing pays where 2 tokens cost 1.8x one;
     with the kind's long-run rate from earlier runs as its prior, it drafts at once."""
