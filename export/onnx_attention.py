@@ -58,11 +58,7 @@ def _fold(g, n_head: int, n_kv_head: int) -> int:
     import onnx
     from onnx import helper, numpy_helper
 
-    producer = {o: n for n in g.node for o in n.output}
-    consumers: dict[str, list] = {}
-    for n in g.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    producer, consumers = _links(g)
     presents = {o.name for o in g.output if o.name.startswith("present.")}
     to_kv = numpy_helper.from_array(np.array([0, n_kv_head, -1, 0], np.int64), "gqa_fold.to_kv")
     to_heads = numpy_helper.from_array(np.array([0, n_head, -1, 0], np.int64), "gqa_fold.to_heads")
@@ -117,6 +113,16 @@ def _fold(g, n_head: int, n_kv_head: int) -> int:
         del g.node[:]
         g.node.extend(copies)
     return folded
+
+
+def _links(g) -> tuple[dict, dict[str, list]]:
+    """Each tensor's producing node, and the nodes reading it."""
+    producer = {o: n for n in g.node for o in n.output}
+    consumers: dict[str, list] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    return producer, consumers
 
 
 def _reads_no_heads(shape, consumers: dict, g) -> bool:
@@ -221,11 +227,7 @@ def _attention_cores(g) -> list[dict] | None:
     is not the folded pattern: Concat(past, new) for K and V; scores = (q * a) @ (K^T * b)
     with the group folded into the query rows; mask, softmax; probs @ V; then the heads
     transposed back and flattened for o_proj."""
-    producer = {o: n for n in g.node for o in n.output}
-    consumers: dict[str, list] = {}
-    for n in g.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    producer, consumers = _links(g)
     cores = []
     keys = sorted((o.name for o in g.output if o.name.startswith("present.") and o.name.endswith(".key")),
                   key=lambda s: int(s.split(".")[1]))

@@ -133,10 +133,14 @@ class OnnxBackend(Backend):
             raise ContextOverflowError(f"context full: {self._n_past} + {n} tokens exceed the context of {self.n_ctx}")
         n_logits = n if n_logits is None else n_logits
         self._max_outputs = max(self._max_outputs, n)
-        if self._in_place:
-            logits = self._eval_in_place(ids)[0, n - n_logits :]
-            self._n_past += n
-            return logits if logits.dtype == np.float32 else logits.astype(np.float32)
+        out = self._eval_in_place(ids) if self._in_place else self._eval_concat(ids)
+        self._n_past += n
+        logits = out[0, n - n_logits :]
+        return logits if logits.dtype == np.float32 else logits.astype(np.float32)
+
+    def _eval_concat(self, ids: Sequence[int]) -> np.ndarray:
+        """An older export: the cache comes back as the run's `present` outputs."""
+        n = len(ids)
         if len(self._live) + n > self.n_ctx:  # masked rows never take the cache past the context
             self._compact()
         feed: dict[str, np.ndarray] = {"input_ids": np.asarray([ids], dtype=np.int64)}
@@ -151,12 +155,10 @@ class OnnxBackend(Backend):
         outs = self._sess.run(["logits", *self._present_names], feed)
         self._kv = outs[1:]
         self._live = live
-        self._n_past += n
-        logits = outs[0][0, n - n_logits :]
-        return logits if logits.dtype == np.float32 else logits.astype(np.float32)
+        return outs[0]
 
     def _eval_in_place(self, ids: Sequence[int]) -> np.ndarray:
-        n, io, total = len(ids), self._io, self._n_past + len(ids)
+        io, total = self._io, self._n_past + len(ids)
         io.bind_cpu_input("input_ids", np.asarray([ids], dtype=np.int64))
         if self._has_pos:
             io.bind_cpu_input("position_ids", np.arange(self._n_past, total, dtype=np.int64)[None])
