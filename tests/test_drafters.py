@@ -18,6 +18,22 @@ def test_prompt_lookup_continues_the_longest_earlier_match():
     assert draft.key == "lookup/n3"
 
 
+def test_prompt_lookup_keeps_copying_the_source_it_was_copying_and_marks_ambiguous_matches():
+    d = PromptLookupDrafter(max_ngram=2)
+    source, echo = [9, 10, 11, 12, 13, 14, 15], [11, 12, 99]  # the echo quotes the source, then differs
+    history = source + [20] + echo + [30, 9, 10]
+    d.begin(history)
+    first = d.propose(history, 3)
+    assert (first.tokens, first.key) == ([11, 12, 13], "lookup/n2")  # "9 10" occurs in the source only
+    history += [11, 12]  # the output copied the source
+    d.begin(history)
+    # "11 12" occurred last in the echo (then 99), but the copy goes on in the source;
+    # the match was followed by two different tokens (/a) and continues the last one (/c)
+    second = d.propose(history, 2)
+    assert (second.tokens, second.key) == ([13, 14], "lookup/n2/a/c")
+    assert d.propose(history, 2).key == "lookup/n2/a/c"  # asking again at the same point says the same
+
+
 def test_prompt_lookup_indexes_new_tokens_incrementally():
     d = PromptLookupDrafter()
     history = [10, 11, 12, 13]

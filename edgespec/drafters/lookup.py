@@ -4,6 +4,21 @@ Instead of rescanning the history each step (as llama-cpp-python's
 LlamaPromptLookupDecoding does with numpy windows), an index maps every n-gram
 (n = 1..max_ngram) to the position right after its most recent occurrence. It is
 updated in O(max_ngram) per new token; a proposal is max_ngram dict look-ups.
+
+Two things the index cannot see are kept beside it, because they predict
+acceptance (measured by replaying Qwen2.5-Coder-1.5B's plain outputs at its batch
+costs, `edgespec.replay`):
+
+- whether an n-gram has been followed by more than one token (an *ambiguous*
+  match, key suffix `/a`): the copy then often takes the wrong branch;
+- whether the history since the previous proposal was copied from its source, so
+  the source simply goes on (a *continued* alignment, key suffix `/c`). Then that
+  alignment is preferred to a more recent occurrence of the same n-gram: when a
+  rewrite copies a file, the file is the better guide than an echo of it.
+
+Both only split the controller's acceptance statistics and choose among equally
+long matches; every draft is still verified. On 18 prompts not used to choose
+them: code 1.96x -> 2.04x plain, summarize 1.150 -> 1.158, chat 1.175 -> 1.189.
 """
 
 from __future__ import annotations
@@ -25,13 +40,20 @@ class PromptLookupDrafter(Drafter):
         self._hist = History()
         # _index[n][ngram] = position after the most recent occurrence of ngram
         self._index: list[dict[tuple[int, ...], int]] = [dict() for _ in range(self.max_ngram + 1)]
+        self._ambiguous: list[set[tuple[int, ...]]] = [set() for _ in range(self.max_ngram + 1)]
         self._indexed = 0  # history[:_indexed] has its n-grams in the index
+        # (source position, history length) of the latest proposal, and of the one before
+        # it at a shorter history (what a repeated call at the same length compares to)
+        self._anchor: tuple[int, int] | None = None
+        self._earlier: tuple[int, int] | None = None
 
     def begin(self, history: Sequence[int]) -> None:
         start, rewritten = self._hist.sync(history, check=True)
         if rewritten:
             self._index = [dict() for _ in range(self.max_ngram + 1)]
+            self._ambiguous = [set() for _ in range(self.max_ngram + 1)]
             self._indexed = 0
+            self._anchor = self._earlier = None
         self._catch_up()
 
     def _catch_up(self) -> None:
@@ -40,7 +62,11 @@ class PromptLookupDrafter(Drafter):
         # match always has a continuation; the newest suffix is looked up, not stored
         for i in range(max(self._indexed, 1), len(toks)):
             for n in range(1, min(self.max_ngram, i) + 1):
-                self._index[n][tuple(toks[i - n : i])] = i
+                key = tuple(toks[i - n : i])
+                before = self._index[n].get(key)
+                if before is not None and toks[before] != toks[i]:
+                    self._ambiguous[n].add(key)
+                self._index[n][key] = i
         self._indexed = max(self._indexed, len(toks))
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
@@ -49,14 +75,27 @@ class PromptLookupDrafter(Drafter):
         toks = self._hist.seen
         if k <= 0:
             return EMPTY
-        for n in range(min(self.max_ngram, len(toks)), self.min_ngram - 1, -1):
-            pos = self._index[n].get(tuple(toks[-n:]))
-            if pos is not None:
-                return Draft(toks[pos : pos + k], key=f"lookup/n{_bucket(n)}")
+        length = len(toks)
+        if self._anchor is not None and self._anchor[1] < length:
+            self._earlier = self._anchor
+        for n in range(min(self.max_ngram, length), self.min_ngram - 1, -1):
+            key = tuple(toks[-n:])
+            pos = self._index[n].get(key)
+            if pos is None:
+                continue
+            # where the previous proposal's source has got to if the text since was copied from it
+            moved = None if self._earlier is None else self._earlier[0] + length - self._earlier[1]
+            continued = moved is not None and n <= moved < length and tuple(toks[moved - n : moved]) == key
+            if continued:
+                pos = moved
+            self._anchor = (pos, length)
+            tags = ("/a" if key in self._ambiguous[n] else "") + ("/c" if continued else "")
+            return Draft(toks[pos : pos + k], key=f"lookup/n{_bucket(n)}{tags}")
+        self._anchor = self._earlier = None
         return EMPTY
 
     def memory(self) -> int:
-        entries = sum(len(d) for d in self._index)
+        entries = sum(len(d) for d in self._index) + sum(len(s) for s in self._ambiguous)
         return entries * (120 + 8 * self.max_ngram // 2) + 8 * len(self._hist.seen)
 
 
