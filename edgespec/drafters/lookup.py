@@ -17,8 +17,8 @@ costs, `edgespec.replay`):
   rewrite copies a file, the file is the better guide than an echo of it.
 
 Both only split the controller's acceptance statistics and choose among equally
-long matches; every draft is still verified. On 18 prompts not used to choose
-them: code 1.96x -> 2.04x plain, summarize 1.150 -> 1.158, chat 1.175 -> 1.189.
+long matches; every draft is still verified. Replayed on 18 prompts not used to
+choose them: code 1.961x -> 2.042x plain, summarize 1.150 -> 1.158, chat 1.175 -> 1.189.
 """
 
 from __future__ import annotations
