@@ -137,6 +137,53 @@ def test_a_stale_calibration_is_timed_again_once_decoding_finds_it_wrong(tmp_pat
         assert max(timed.measured.values()) < 1.0  # a tiny model's milliseconds, every size
 
 
+def test_a_load_that_comes_and_goes_costs_few_re_timings(tmp_path, monkeypatch):
+    """Another program that takes the cores every other chat turn makes every curve
+    drift. Timing the curve again at each such turn would cost more than the decoding
+    (here: a tiny model whose steps the load makes 20x slower); re-timings wait until
+    they cost a twentieth of the decoding time since the last."""
+    import time
+
+    import tiny_gguf
+
+    from edgespec import calibration
+    from edgespec.drafters import make_drafter
+    from edgespec.engine import RETIME_SHARE, Engine
+    from edgespec.runtimes.llamacpp import LlamaCppBackend
+
+    class SharedCores(LlamaCppBackend):
+        loaded = False
+
+        def eval(self, ids, n_logits=None):
+            if self.loaded:
+                time.sleep(0.01)  # many times a tiny model's step
+            return super().eval(ids, n_logits)
+
+    monkeypatch.setattr(calibration, "_dir", lambda: tmp_path / "calibration")
+    with SharedCores(tiny_gguf.write(tmp_path / "tiny.gguf"), n_ctx=512, n_threads=1) as b:
+        controller = DraftController(max_k=2)
+        engine = Engine(b, make_drafter("lookup", b.n_vocab, controller), controller=controller)
+        timings = []
+
+        def timed(*args, **kw):
+            t0 = time.perf_counter()
+            out = Engine.calibrate(engine, *args, **kw)
+            timings.append(time.perf_counter() - t0)
+            return out
+
+        monkeypatch.setattr(engine, "calibrate", timed)
+        prompt = b.tokenizer.encode("the the the the")
+        decoding = 0.0
+        for turn in range(24):
+            b.loaded = turn % 2 == 1
+            engine.reset()
+            list(engine.generate(prompt, 12))
+            decoding += engine.last_stats.total_s - engine.last_stats.prefill_s
+        assert len(timings) >= 2  # the load did make the curve drift, and it was timed again
+        # every re-timing after the first waited for its share of decoding; the last may overshoot by one
+        assert sum(timings[1:]) <= RETIME_SHARE * decoding + 2 * max(timings)
+
+
 def test_a_curve_that_decoding_confirms_is_not_timed_again():
     cost = CostModel(max_n=5)
     for n in range(1, 6):
