@@ -140,8 +140,8 @@ def test_a_stale_calibration_is_timed_again_once_decoding_finds_it_wrong(tmp_pat
 def test_a_load_that_comes_and_goes_costs_few_re_timings(tmp_path, monkeypatch):
     """Another program that takes the cores every other chat turn makes every curve
     drift. Timing the curve again at each such turn would cost more than the decoding
-    (here: a tiny model whose steps the load makes 20x slower); re-timings wait until
-    they cost a twentieth of the decoding time since the last."""
+    (here: a tiny model, each of whose steps the load lengthens by 10 ms); re-timings
+    wait until they cost a twentieth of the decoding time since the last."""
     import time
 
     import tiny_gguf
@@ -156,7 +156,7 @@ def test_a_load_that_comes_and_goes_costs_few_re_timings(tmp_path, monkeypatch):
 
         def eval(self, ids, n_logits=None):
             if self.loaded:
-                time.sleep(0.01)  # many times a tiny model's step
+                time.sleep(0.01)  # many times the tiny model's own step
             return super().eval(ids, n_logits)
 
     monkeypatch.setattr(calibration, "_dir", lambda: tmp_path / "calibration")
