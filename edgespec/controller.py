@@ -238,10 +238,11 @@ class DraftController:
         return c
 
     def choose(self, key: str, available: int, draft_seconds: float = 0.0, per_token_seconds: float = 0.0,
-               probe_seconds: float = 0.0) -> int:
+               probe_seconds: float = 0.0, explore: bool = True) -> int:
         """How many of `available` tokens of kind `key` to verify (or, for a model
         drafter that pays `draft_seconds` per step and `per_token_seconds` per
-        drafted token, to draft). `probe_seconds`: what asking it costs after a pause."""
+        drafted token, to draft). `probe_seconds`: what asking it costs after a pause.
+        `explore` False: never probe (the caller learns a declined kind otherwise)."""
         k_max = min(available, self.max_k)
         if k_max <= 0:
             return 0
@@ -249,7 +250,7 @@ class DraftController:
         k = int(np.argmax(e / self._step_costs(k_max, draft_seconds, per_token_seconds)))
         if k < self.min_k:
             return min(self.min_k, k_max)
-        if k == 0:
+        if k == 0 and explore:
             # nothing pays on current estimates; test one token now and then so a
             # stale estimate can recover. Every failed probe doubles the wait, so
             # probing costs little even where a probe is dear (a model drafter's catch-up).

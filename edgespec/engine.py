@@ -20,6 +20,7 @@ from .controller import DraftController
 from .drafters import model_drafters
 from .drafters.base import EMPTY, Drafter
 from .errors import ContextOverflowError, EdgespecError
+from .hindsight import Hindsight
 from .sequence import common_prefix
 from .stats import GenerationStats
 from .verifier import SamplingParams, sample, verify_greedy, verify_sampling
@@ -182,6 +183,8 @@ class Engine:
             drafter.begin(history)
             st.prefill_s += time.perf_counter() - t0  # a model drafter reads the prompt: prompt processing
         ctl = self.controller
+        # greedy only: a sampled token is one draw, not the verdict on a draft
+        hindsight = Hindsight(ctl.acceptance) if params.greedy and drafter is not None else None
         pending = [token]
         st.finish_reason = "length"
         try:
@@ -200,6 +203,8 @@ class Engine:
                         break
                 if stop:
                     break
+                if hindsight is not None:
+                    hindsight.advance(history)
                 if cancel is not None and cancel.is_set():
                     st.finish_reason = "cancelled"
                     break
@@ -226,8 +231,12 @@ class Engine:
                     if len(draft) and draft.probs is None:
                         # a sampled draft is verified whole: where the drafter stopped
                         # depends on its draws, so cutting it by its length would bias
-                        # which tokens get proposed (its length was planned beforehand)
-                        draft = draft.truncated(ctl.choose(draft.key, len(draft)))
+                        # which tokens get proposed (its length was planned beforehand).
+                        # A draft declined whole is learned in hindsight: no probe needed
+                        proposed = draft
+                        draft = draft.truncated(ctl.choose(draft.key, len(draft), explore=hindsight is None))
+                        if hindsight is not None and not len(draft):
+                            hindsight.add(proposed, len(history))
                     st.draft_s += time.perf_counter() - t0
                 k = len(draft)
 
