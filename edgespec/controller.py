@@ -36,8 +36,9 @@ class AcceptanceModel:
 
     The prior of a kind is its long-run rate on this target where earlier runs kept
     one (`seed`), else a flat `prior`: at 0.5 a kind drafts nothing where two tokens
-    cost over 1.5x one (E(1) = 1.5) until a probe, so a new process, or chat's first
-    turn, would decode plainly at first even where the kind has always paid."""
+    cost over 1.5x one (E(1) = 1.5) until a probe (greedy: until the text shows what a
+    declined draft would have verified, `edgespec.hindsight`), so a new process, or
+    chat's first turn, would decode plainly at first even where the kind has always paid."""
 
     max_k: int
     prior: float = 0.5

@@ -36,7 +36,8 @@ def test_where_batches_are_cheap_replayed_lookup_gains_at_most_what_the_oracle_d
 
 def test_where_a_batch_costs_as_much_as_its_tokens_the_replay_stays_at_plain_speed(recorded):
     """Nothing pays when n tokens cost n times one: the controller declines to draft
-    but for its occasional probes, and the replay says so."""
+    (learning from the declined drafts in hindsight, not from probes), and the replay
+    says so."""
     tokenizer, runs = recorded
     costs = np.arange(18, dtype=float)
     plain_s, replay_s, drafted, _ = replay(tokenizer, runs, "lookup", costs, max_draft=16)["all"]
