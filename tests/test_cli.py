@@ -3,6 +3,8 @@
 import json
 import subprocess
 import sys
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -56,6 +58,18 @@ def test_bad_prompts_file(tmp_path):
     f = tmp_path / "p.jsonl"
     f.write_text('{"category": "code"}\n')
     assert_one_line_error(edgespec("bench", "--prompts", str(f), "--model", "smollm2-135m"), "line 1")
+
+
+def test_the_held_out_prompts_load_as_a_bench_workload():
+    from importlib import resources
+
+    from edgespec.bench import load_prompts
+
+    held_out = resources.files("edgespec").joinpath("data/heldout_prompts.jsonl")
+    rows = load_prompts(Path(str(held_out)))
+    assert Counter(r["category"] for r in rows) == {"code": 6, "summarize": 6, "chat": 6}
+    shipped = {json.dumps(r["messages"]) for r in load_prompts(None)}
+    assert not shipped & {json.dumps(r["messages"]) for r in rows}  # none of them tuned on
 
 
 @pytest.mark.real_model
