@@ -9,6 +9,7 @@ last, so prefill is excluded everywhere and tokens/s is decoding speed.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Callable, Iterable, Iterator
 from rich.console import Console
 from rich.table import Table
 
+from .cpu_load import OtherLoad, contends
 from .errors import EdgespecError
 from .verifier import SamplingParams
 
@@ -258,6 +260,7 @@ def run_bench(
             console.print(f"{label}batch cost, in units of one token: "
                           + ", ".join(f"{n}: {t / cost[1]:.2f}" for n, t in sorted(cost.items())), highlight=False)
 
+    load = OtherLoad()
     runs: dict[tuple[str, str], list[Run]] = defaultdict(list)
     identical: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # (method, category) -> [same, runs]
     from rich.progress import Progress
@@ -279,6 +282,7 @@ def run_bench(
                         identical[(name, c)][0] += r.tokens == plain_tokens[ref]
                         identical[(name, c)][1] += 1
                 bar.advance(task)
+    other_cores = _report_load(load, threads, console)
 
     rows = []
     cats = list(dict.fromkeys(c for c, _ in encoded))
@@ -295,6 +299,9 @@ def run_bench(
                 t[0] += max(len(r.tokens) - 1, 0) * costs[1]
                 t[1] += lookup_oracle_time(ids, r.tokens, costs)
         oracle["all"] = [sum(t[0] for t in oracle.values()), sum(t[1] for t in oracle.values())]
+        # decoding refined the curve since it was printed above: the priced rows say where
+        console.print("oracle and replay rows priced at the batch costs decoding refined, in units of one token: "
+                      + ", ".join(f"{n}: {costs[n] / costs[1]:.2f}" for n in range(2, len(costs))), highlight=False)
     replayed = _replays(drafters, encoded, runs, es, path, max_draft, draft_min) if es and params.greedy else {}
     for cat in cats + ["all"]:
         def agg(name: str) -> tuple[int, float, int, int, float, list, int]:
@@ -352,7 +359,25 @@ def run_bench(
             rows.append(_oracle_row(cat, plain_tps, *oracle[cat], ptoks))
         for d, totals in replayed.items():
             rows.append(_replay_row(d, cat, plain_tps, *totals[cat], ptoks))
+    for r in rows:
+        r["other_cores"] = other_cores
+        if r["drafter"] == ORACLE or r["drafter"].startswith(REPLAY):
+            r["batch_costs_ms"] = [round(1000 * float(c), 3) for c in costs[1:]]  # batch sizes 1, 2, ...
     return rows
+
+
+def _report_load(load: OtherLoad, threads: int, console: Console) -> float | None:
+    """Says how busy other processes kept the cores while the methods were timed: with
+    llama.cpp's threads waiting on them, the timings would describe that load."""
+    cores = load.cores()
+    if cores is not None and contends(cores, threads):
+        console.print(f"[yellow]warning: other processes kept {cores:.2f} cores busy while the methods were timed, "
+                      f"and the bench's {threads} threads wanted {threads} of {os.cpu_count()} cores: these timings "
+                      "describe that load. Run the bench on an otherwise idle machine.[/]", highlight=False)
+    elif cores is not None:
+        console.print(f"[dim]other processes kept {cores:.2f} cores busy while the methods were timed[/]",
+                      highlight=False)
+    return cores
 
 
 REPLAY = "replay:"

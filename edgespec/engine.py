@@ -8,6 +8,7 @@ verifies d(i+1) and row n (after n accepted drafts) gives the next token.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Iterator, Sequence
@@ -17,6 +18,7 @@ import numpy as np
 from . import calibration
 from .backend import Backend
 from .controller import DraftController
+from .cpu_load import OtherLoad, contends
 from .drafters import model_drafters
 from .drafters.base import EMPTY, Drafter
 from .errors import ContextOverflowError, EdgespecError
@@ -60,7 +62,7 @@ class Engine:
     # -- cost calibration ---------------------------------------------------
 
     def calibrate(self, sizes: Sequence[int] | None = None, repeats: int = 3, warm: bool = False,
-                  fresh: bool = False) -> dict[int, float]:
+                  fresh: bool = False, save: bool = True) -> dict[int, float]:
         """Time batches of every size up to max_draft + 1 on the backend, then undo them.
 
         Cheap drafts are only worth verifying if a k-token batch costs little more
@@ -73,7 +75,8 @@ class Engine:
         Results are cached on disk per model, build and machine; `warm` runs every
         size once even then, so a GPU driver compiles all its pipelines now (what a
         memory profile measures) rather than at a draft's first use; `fresh` times
-        every size even when a cached curve exists.
+        every size even when a cached curve exists. A curve timed while other processes
+        took the cores is not cached (`save=False`: the caller caches it).
         """
         b = self.backend
         base = b.n_past
@@ -86,6 +89,7 @@ class Engine:
         if cached and not warm:
             return self.controller.cost.measured
         sizes = [n for n in (sizes or range(1, self.max_draft + 2)) if base + n <= b.n_ctx]
+        load = OtherLoad()
         filler = self.cached[-1] if self.cached else (b.tokenizer.bos_id or 0)
         # warm-up: first calls pay for allocations and cold caches; on a GPU, each batch
         # size's first call also builds its shader pipelines (lavapipe: seconds), so all of them
@@ -106,8 +110,13 @@ class Engine:
             if calibration.plausible(timed):
                 break
         self.controller.cost.set_timed(timed)
-        calibration.save(key, self.controller.cost)
+        if save and not self._contended(load.cores()):
+            calibration.save(key, self.controller.cost)
         return self.controller.cost.measured
+
+    def _contended(self, other_cores: float | None) -> bool:
+        """Whether other processes took cores the backend's threads wanted (cpu_load.py)."""
+        return contends(other_cores, getattr(self.backend, "n_threads", None) or os.cpu_count() or 1)
 
     # -- generation -----------------------------------------------------------
 
@@ -147,6 +156,7 @@ class Engine:
         rng = np.random.default_rng(params.seed)
         st = self.last_stats = GenerationStats(prompt_tokens=len(prompt))
         t_start = time.perf_counter()
+        load = OtherLoad()
 
         # reuse the cached prefix (a chat turn extends the previous one); at least
         # one prompt token must be evaluated to get the logits for the first token
@@ -163,7 +173,7 @@ class Engine:
             t0 = time.perf_counter()
             fresh = cost.calibrated  # drifted: what was cached is what drifted
             cost.reset()
-            self.calibrate(fresh=fresh)
+            self.calibrate(fresh=fresh, save=False)  # kept at the end, if the run was not contended
             took = time.perf_counter() - t0
             st.prefill_s += took  # start-up cost, not decoding speed
             # the dearest timing so far prices the next: one timed while the cores were free
@@ -265,9 +275,13 @@ class Engine:
                 pending = [*draft.tokens[:n], verdict.next_token]
         finally:
             st.total_s = time.perf_counter() - t_start
+            st.other_cores = load.cores()
             self._decoded_s += st.total_s - st.prefill_s
             calibration.save_drafter_steps(model_drafters(drafter))  # what the planner weighs drafters by
-            if self._calibrate and ctl.cost.calibrated and b.simulated_seconds(1, 0) is None:
+            # timed while other processes took the cores: the timings describe that load,
+            # so the cache (kept or forgotten) is left as it was
+            if (self._calibrate and ctl.cost.calibrated and b.simulated_seconds(1, 0) is None
+                    and not self._contended(st.other_cores)):
                 # keep the curve as decoding refined it: one calibration under a passing load
                 # would otherwise price every later plan and run on this machine; a curve
                 # that drifted is refined only where decoding went, so it is forgotten

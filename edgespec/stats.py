@@ -21,6 +21,7 @@ class GenerationStats:
     drafter_model_s: float = 0.0  # of draft_s: a model drafter's own evaluations
     total_s: float = 0.0
     finish_reason: str = ""
+    other_cores: float | None = None  # cores other processes kept busy meanwhile (cpu_load.py)
     by_key: dict[str, list[int]] = field(default_factory=dict)  # key -> [drafted, accepted]
 
     def record_step(self, key: str, k: int, n_accepted: int) -> None:

@@ -135,6 +135,10 @@ def test_bench_replays_text_only_drafters_on_plains_own_output(smollm2_path, tmp
     replayed, oracle = rows[("replay:lookup", "code")], rows[("oracle:lookup", "code")]
     assert replayed["acceptance_rate"] > 0 and 0 < replayed["ratio_to_plain"] <= oracle["ratio_to_plain"] * 1.01
     assert ("replay:auto", "code") not in rows  # auto's recycling reads logits a replay does not have
+    # priced at the curve decoding refined, which the bench prints and the rows keep
+    assert "oracle and replay rows priced at" in r.stderr
+    assert replayed["batch_costs_ms"] == oracle["batch_costs_ms"] and replayed["batch_costs_ms"][0] > 0
+    assert "other processes kept" in r.stderr  # how busy the cores were while it timed
 
 
 def test_bench_refuses_a_temperature_where_it_cannot_measure_one():
