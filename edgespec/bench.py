@@ -370,7 +370,7 @@ def _report_load(load: OtherLoad, threads: int, console: Console) -> float | Non
     """Says how busy other processes kept the cores while the methods were timed: with
     llama.cpp's threads waiting on them, the timings would describe that load."""
     cores = load.cores()
-    if cores is not None and contends(cores, threads):
+    if contends(cores, threads):
         console.print(f"[yellow]warning: other processes kept {cores:.2f} cores busy while the methods were timed, "
                       f"and the bench's {threads} threads wanted {threads} of {os.cpu_count()} cores: these timings "
                       "describe that load. Run the bench on an otherwise idle machine.[/]", highlight=False)
