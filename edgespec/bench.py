@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -302,7 +302,7 @@ def run_bench(
         # decoding refined the curve since it was printed above: the priced rows say where
         console.print("oracle and replay rows priced at the batch costs decoding refined, in units of one token: "
                       + ", ".join(f"{n}: {costs[n] / costs[1]:.2f}" for n in range(2, len(costs))), highlight=False)
-    replayed = _replays(drafters, encoded, runs, es, path, max_draft, draft_min) if es and params.greedy else {}
+    replayed = _replays(drafters, encoded, runs, es, path, max_draft, draft_min, costs) if es and params.greedy else {}
     for cat in cats + ["all"]:
         def agg(name: str) -> tuple[int, float, int, int, float, list, int]:
             rs = [r for (n, c), lst in runs.items() for r in lst if n == name and (cat == "all" or c == cat)]
@@ -384,16 +384,15 @@ REPLAY = "replay:"
 
 
 def _replays(drafters: list[str], encoded: list[tuple[str, list[int]]], runs: dict, es: dict, path: Path,
-             max_draft: int, draft_min: int) -> dict[str, dict[str, list[float]]]:
-    """Each text-only drafter replayed on plain's outputs (replay.py): the same text for every
-    method, so the ratio is the method's alone."""
+             max_draft: int, draft_min: int, costs: Sequence[float]) -> dict[str, dict[str, list[float]]]:
+    """Each text-only drafter replayed on plain's outputs (replay.py) at `costs`, the curve
+    the oracle is priced at: the same text for every method, so the ratio is the method's alone."""
     from . import calibration
     from .replay import REPLAYABLE, replay
 
     plain = {cat: iter(runs[(PLAIN, cat)]) for cat in dict.fromkeys(c for c, _ in encoded)}
     recorded = [(cat, ids, next(plain[cat]).tokens) for cat, ids in encoded]  # runs[...] is in prompt order
     first = next(iter(es.values())).llm
-    costs = first.engine.controller.cost.costs()
     seed = calibration.load_kinds(path, [])  # what the real runs' controllers started from, and added to
     return {d: replay(first.tokenizer, recorded, d, costs, max_draft, seed, draft_min)
             for d in drafters if d in REPLAYABLE}
