@@ -88,6 +88,10 @@ class EdgeSpec:
     `notices` says why in one line per model. A budget on a GPU also plans how many layers
     to offload; the first one for a GPU and models measures the driver's memory in a
     child process (driver_memory.py), cached after.
+
+    `threads` fixes the CPU threads. Left None, llama.cpp computes on the physical cores
+    less those other programs keep busy, measured before each generation and every second during
+    it (`last_stats.threads`).
     """
 
     def __init__(
@@ -141,7 +145,8 @@ class EdgeSpec:
         except BaseException:
             self.backend.close()
             raise
-        self.engine = Engine(self.backend, self.drafter, controller=controller)
+        # threads left to us (None): fewer while other programs hold cores, as a chat beside a build wants
+        self.engine = Engine(self.backend, self.drafter, controller=controller, adapt_threads=threads is None)
         self._active: threading.Event | None = None
         self._template = None  # the compiled chat template, on first use
 
@@ -320,6 +325,7 @@ class EdgeSpec:
         return lines
 
     def close(self) -> None:
+        self.engine.close()
         for b in [*drafter_backends(self.drafter), self.backend]:
             b.close()
 

@@ -103,6 +103,11 @@ class Backend(ABC):
         from that hardware's costs, not from this machine's clock. None: real time."""
         return None
 
+    def set_threads(self, n: int) -> bool:
+        """Compute on n CPU threads from now on. False where the count is fixed (a GPU,
+        a runtime that sets its thread pool once)."""
+        return False
+
     def cost_key(self) -> str | None:
         """Identifies what batch costs depend on (model, build, threads, machine),
         so measured costs can be reused; None if they should not be cached."""

@@ -14,7 +14,7 @@ import json
 import os
 import platform
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 import platformdirs
@@ -63,11 +63,10 @@ def latest(prefix: str, device: str = "CPU") -> dict[int, float] | None:
     return {int(n): float(s) for n, s in found[1].items()} if found else None
 
 
-def save_drafter_steps(drafters: Iterable) -> None:
-    """Keep what one drafted token costs each model drafter (see ModelDrafter.token_cost)
-    under its backend's cost key."""
-    for d in drafters:
-        n, seconds = getattr(d, "token_cost", (0, 0.0))  # a drafter of one's own need not keep it
+def save_drafter_steps(steps: Iterable[tuple[Any, tuple[int, float]]]) -> None:
+    """Keep what one drafted token costs each model drafter under its backend's cost key,
+    from (drafter, (drafted tokens, their seconds)) pairs (see ModelDrafter.token_cost)."""
+    for d, (n, seconds) in steps:
         if n < MIN_STEPS:
             continue
         try:

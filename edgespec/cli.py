@@ -39,6 +39,7 @@ DrafterOpt = typer.Option("auto", "--drafter", "-d",
                                "planner to take the fastest that fits.")
 CtxOpt = typer.Option(4096, "--ctx", help="Context size in tokens.")
 ThreadsOpt = typer.Option(None, "--threads", "-t", help="CPU threads (default: physical cores).")
+FreeThreadsOpt = typer.Option(None, "--threads", "-t", help="CPU threads (default: the physical cores other programs leave free).")
 MaxDraftOpt = typer.Option(16, "--max-draft", help="Upper bound on draft tokens per step.")
 DeviceOpt = typer.Option("cpu", "--device", help="cpu, gpu (llama.cpp's Vulkan GPU; ONNX Runtime's GPU provider), "
                          "npu (ONNX Runtime's NNAPI, QNN, CoreML) or auto; without one, the CPU, with a notice.")
@@ -135,7 +136,7 @@ def generate(
     chat: bool = typer.Option(False, "--chat", help="Wrap the prompt as a user message in the model's chat template."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object: text, prompt_ids, token_ids, stats."),
     ctx: int = CtxOpt,
-    threads: Optional[int] = ThreadsOpt,
+    threads: Optional[int] = FreeThreadsOpt,
     max_draft: int = MaxDraftOpt,
     memory_budget: Optional[str] = BudgetOpt,
     device: str = DeviceOpt,
@@ -173,7 +174,7 @@ def chat(
     temperature: float = typer.Option(0.0, "--temperature", min=0.0),
     seed: Optional[int] = typer.Option(None, "--seed"),
     ctx: int = CtxOpt,
-    threads: Optional[int] = ThreadsOpt,
+    threads: Optional[int] = FreeThreadsOpt,
     max_draft: int = MaxDraftOpt,
     memory_budget: Optional[str] = BudgetOpt,
     device: str = DeviceOpt,
@@ -362,7 +363,7 @@ def profile(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
     plot_path: Optional[Path] = typer.Option(None, "--plot", help="Plot memory over time (and the sweep) to a PNG."),
     ctx: int = CtxOpt,
-    threads: Optional[int] = ThreadsOpt,
+    threads: Optional[int] = FreeThreadsOpt,
     max_draft: int = MaxDraftOpt,
     device: str = DeviceOpt,
     quiet: bool = typer.Option(False, "--quiet", hidden=True),
@@ -421,7 +422,7 @@ def serve(
     max_tokens_limit: int = typer.Option(4096, "--max-tokens-limit", min=1, help="Largest max_tokens a request may ask."),
     max_body: int = typer.Option(1 << 20, "--max-body", min=1024, help="Largest request body in bytes."),
     ctx: int = CtxOpt,
-    threads: Optional[int] = ThreadsOpt,
+    threads: Optional[int] = FreeThreadsOpt,
     max_draft: int = MaxDraftOpt,
     memory_budget: Optional[str] = BudgetOpt,
     device: str = DeviceOpt,

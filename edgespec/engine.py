@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -18,8 +19,8 @@ import numpy as np
 from . import calibration
 from .backend import Backend
 from .controller import DraftController
-from .cpu_load import OtherLoad, contends
-from .drafters import model_drafters
+from .cpu_load import MIN_SECONDS, OtherLoad, RecentLoad, contends, fitting_threads
+from .drafters import drafter_backends, model_drafters
 from .drafters.base import EMPTY, Drafter
 from .errors import ContextOverflowError, EdgespecError
 from .hindsight import Hindsight
@@ -44,6 +45,7 @@ class Engine:
         max_draft: int = 16,
         controller: DraftController | None = None,
         calibrate: bool = True,
+        adapt_threads: bool = False,
     ) -> None:
         self.backend = backend
         self.drafter = drafter
@@ -58,6 +60,17 @@ class Engine:
         self._seeded = False  # the controller has read what earlier processes learned of each kind
         self._timing_s = 0.0  # what timing the cost curve took, at most, in this process
         self._decoded_s = 0.0  # decoding time since then
+        # each model drafter's drafted-token count and seconds over generations that ran on
+        # quiet cores: a drafter's own counters keep its whole life, loaded stretches too
+        self._quiet_steps: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # adapt_threads: compute on the cores other programs leave (cpu_load.fitting_threads),
+        # up to the count the backend was opened with; spinning threads that share a core
+        # with a busy program lose far more than its share
+        self._threads_most: int | None = getattr(backend, "n_threads", None) if adapt_threads else None
+        self._idle = RecentLoad() if self._threads_most else None  # others' load before the next generation
+        self._ran_beside: tuple[float, int] | None = None  # (others' cores, own threads), latest measured
+        self._window: OtherLoad | None = None  # others' load in the current second of a generation
+        self._curve_borrowed = False  # the cost curve is another thread count's (see _set_threads)
 
     # -- cost calibration ---------------------------------------------------
 
@@ -86,10 +99,12 @@ class Engine:
             return self.controller.cost.measured
         key = b.cost_key()
         cached = sizes is None and not fresh and calibration.load(key, self.controller.cost)
+        if cached:
+            self._curve_borrowed = False
         if cached and not warm:
             return self.controller.cost.measured
         sizes = [n for n in (sizes or range(1, self.max_draft + 2)) if base + n <= b.n_ctx]
-        load = OtherLoad()
+        load = OtherLoad() if save else None
         filler = self.cached[-1] if self.cached else (b.tokenizer.bos_id or 0)
         # warm-up: first calls pay for allocations and cold caches; on a GPU, each batch
         # size's first call also builds its shader pipelines (lavapipe: seconds), so all of them
@@ -110,9 +125,66 @@ class Engine:
             if calibration.plausible(timed):
                 break
         self.controller.cost.set_timed(timed)
-        if save and not self._contended(load.cores()):
+        self._curve_borrowed = False
+        if load is not None and not self._contended(load.cores()):
             calibration.save(key, self.controller.cost)
         return self.controller.cost.measured
+
+    def _keep_drafter_steps(self, before: dict) -> None:
+        """Add this generation's drafted tokens and their seconds (each model drafter's
+        `token_cost` now against `before`) to the quiet total, and cache each drafter's mean:
+        what the planner weighs drafters by."""
+        for d, (n0, s0) in before.items():
+            n1, s1 = _token_cost(d)
+            n, s = self._quiet_steps.get(d, (0, 0.0))
+            self._quiet_steps[d] = (n + n1 - n0, s + s1 - s0)
+        calibration.save_drafter_steps((d, self._quiet_steps[d]) for d in before)
+
+    def _fit_threads(self) -> None:
+        """Before a generation: as many threads as the cores other programs leave, as measured
+        while this engine sat idle (a chat's wait for the next message) or else at the end
+        of the last generation."""
+        b = self.backend
+        idle = self._idle.cores() if self._idle is not None else None
+        if self._idle is not None:
+            self._idle.close()
+        if idle is not None:
+            self._set_threads(fitting_threads(idle, b.n_threads, self._threads_most, running=False))
+        elif self._ran_beside is not None:
+            self._set_threads(fitting_threads(*self._ran_beside, self._threads_most, running=True))
+
+    def _watch_threads(self) -> None:
+        """During a generation, once a second: a program that starts mid-answer gets its
+        core as soon as it is measured, and gives it back the same way."""
+        w = self._window
+        if w is None or w.seconds() < MIN_SECONDS:
+            return
+        other = w.cores()
+        self._window = OtherLoad()
+        if other is not None:
+            self._ran_beside = (other, self.backend.n_threads)
+            self._set_threads(fitting_threads(other, self.backend.n_threads, self._threads_most, running=True))
+
+    def _set_threads(self, n: int) -> None:
+        """Compute on n threads from now on, model drafters too. Batch costs depend on the
+        count: the curve cached for n is loaded; without one, the curve in use goes on
+        (decoding refines it) but is not cached as n's, and nothing is timed mid-answer."""
+        b = self.backend
+        if n == b.n_threads or not b.set_threads(n):
+            return
+        for d in drafter_backends(self.drafter):
+            d.set_threads(n)
+        self._quiet_steps.clear()  # a drafter's step cost is kept per thread count too
+        if self._calibrate:
+            try:
+                self._curve_borrowed = not calibration.load(b.cost_key(), self.controller.cost)
+            except OSError:  # the model file went away: nothing to key a curve by
+                self._curve_borrowed = True
+
+    def close(self) -> None:
+        """Stop watching other programs' load (the backends are their owner's to close)."""
+        if self._idle is not None:
+            self._idle.close()
 
     def _contended(self, other_cores: float | None) -> bool:
         """Whether other processes took cores the backend's threads wanted (cpu_load.py)."""
@@ -153,8 +225,13 @@ class Engine:
     def _generate(self, prompt: list[int], max_tokens: int, params: SamplingParams,
                   cancel: threading.Event | None) -> Iterator[int]:
         b = self.backend
+        if self._threads_most:
+            self._fit_threads()
+            self._window, self._ran_beside = OtherLoad(), None
+        threads = getattr(b, "n_threads", None)
         rng = np.random.default_rng(params.seed)
         st = self.last_stats = GenerationStats(prompt_tokens=len(prompt))
+        st.threads_most = self._threads_most or threads
         t_start = time.perf_counter()
         load = OtherLoad()
 
@@ -167,6 +244,8 @@ class Engine:
         self.cached = list(prompt)
         token = sample(logits, params, rng)
         st.prefill_s = time.perf_counter() - t_start
+        if self._window is not None:
+            self._watch_threads()  # a prompt read slowly beside a new load: before anything is timed
         cost = self.controller.cost
         if self._calibrate and (not cost.calibrated or (cost.drifted()
                                                         and self._decoded_s * RETIME_SHARE >= self._timing_s)):
@@ -187,6 +266,7 @@ class Engine:
             # sampled acceptance depends on the temperature: only greedy runs are kept and read
             self._seeded = True
             self.controller.acceptance.seed(calibration.load_kinds(target_path, model_drafters(drafter)))
+        steps_before = {d: _token_cost(d) for d in model_drafters(drafter)}
         if drafter is not None:
             t0 = time.perf_counter()
             drafter.sample_with(None if params.greedy else params, rng)
@@ -215,6 +295,8 @@ class Engine:
                     break
                 if hindsight is not None:
                     hindsight.advance(history)
+                if self._window is not None:
+                    self._watch_threads()
                 if cancel is not None and cancel.is_set():
                     st.finish_reason = "cancelled"
                     break
@@ -276,12 +358,20 @@ class Engine:
         finally:
             st.total_s = time.perf_counter() - t_start
             st.other_cores = load.cores()
+            st.threads = getattr(b, "n_threads", None)
+            # timings are kept per thread count: one that changed midway describes neither
+            steady = st.threads == threads
+            if self._threads_most:
+                if self._ran_beside is None and st.other_cores is not None and steady:
+                    self._ran_beside = (st.other_cores, st.threads)
+                self._window, self._idle = None, RecentLoad()
             self._decoded_s += st.total_s - st.prefill_s
-            calibration.save_drafter_steps(model_drafters(drafter))  # what the planner weighs drafters by
             # timed while other processes took the cores: the timings describe that load,
-            # so the cache (kept or forgotten) is left as it was
-            if (self._calibrate and ctl.cost.calibrated and b.simulated_seconds(1, 0) is None
-                    and not self._contended(st.other_cores)):
+            # so neither a drafter's step cost nor the cost curve (kept or forgotten) is cached
+            if steady and not self._contended(st.other_cores):
+                self._keep_drafter_steps(steps_before)
+            if (self._calibrate and ctl.cost.calibrated and b.simulated_seconds(1, 0) is None and steady
+                    and not self._curve_borrowed and not self._contended(st.other_cores)):
                 # keep the curve as decoding refined it: one calibration under a passing load
                 # would otherwise price every later plan and run on this machine; a curve
                 # that drifted is refined only where decoding went, so it is forgotten
@@ -298,3 +388,9 @@ class Engine:
                 calibration.save_acceptance(target_path, model_drafters(drafter), st.by_key)
                 if self._calibrate:
                     calibration.save_kinds(target_path, model_drafters(drafter), counts)
+
+
+def _token_cost(drafter: Drafter) -> tuple[int, float]:
+    """A model drafter's (drafted tokens, their seconds) so far; a drafter of one's own need
+    not count them."""
+    return getattr(drafter, "token_cost", (0, 0.0))

@@ -22,6 +22,8 @@ class GenerationStats:
     total_s: float = 0.0
     finish_reason: str = ""
     other_cores: float | None = None  # cores other processes kept busy meanwhile (cpu_load.py)
+    threads: int | None = None  # CPU threads the target computed on (None: not a CPU thread pool)
+    threads_most: int | None = None  # what they may grow to: fewer while other programs hold cores
     by_key: dict[str, list[int]] = field(default_factory=dict)  # key -> [drafted, accepted]
 
     def record_step(self, key: str, k: int, n_accepted: int) -> None:
@@ -81,4 +83,6 @@ class GenerationStats:
         s = f"{self.generated_tokens} tokens, {self.tokens_per_s:.1f} tok/s"
         if self.drafted:
             s += (f", acceptance {self.acceptance_rate:.0%}, {self.mean_accepted:.2f} tokens/step")
+        if self.threads and self.threads_most and self.threads < self.threads_most:
+            s += f", {self.threads} of {self.threads_most} threads (other programs are busy)"
         return s

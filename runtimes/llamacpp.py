@@ -295,6 +295,13 @@ class LlamaCppBackend(Backend):
                 raise RuntimeError("llama.cpp refused to remove a partial sequence from the KV cache")
         self._n_past = n_past
 
+    def set_threads(self, n: int) -> bool:
+        if self.device != "CPU":  # offloaded layers do not run on the thread pool
+            return False
+        ll.llama_set_n_threads(self._ctx, n, n)
+        self.n_threads = n
+        return True
+
     def cost_key(self) -> str:
         import platform
 

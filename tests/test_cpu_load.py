@@ -40,8 +40,29 @@ def test_a_program_busy_beside_this_one_is_measured_and_this_ones_own_work_is_no
     assert load.cores() < 0.7  # counted, it would be a whole core and more
 
 
+def test_a_program_that_started_a_moment_ago_is_not_averaged_with_the_quiet_before_it():
+    from edgespec.cpu_load import RecentLoad
+
+    since_start, recent = OtherLoad(), RecentLoad(span=2.0)
+    time.sleep(2.5)  # quiet: a chat waits for the next message
+    busy = spinners(1)
+    try:
+        time.sleep(2.2)
+        whole, last = since_start.cores(), recent.cores()
+    finally:
+        stop(busy)
+        recent.close()
+    assert last > 0.7  # the last two seconds: busy on a core
+    assert whole < last - 0.25  # the whole wait: less than half of it
+
+
 def test_a_span_too_short_for_the_clock_is_not_judged():
+    from edgespec.cpu_load import RecentLoad
+
     assert OtherLoad().cores() is None
+    recent = RecentLoad()
+    assert recent.cores() is None
+    recent.close()
 
 
 def test_a_load_contends_only_when_it_takes_cores_the_threads_wanted():
@@ -90,3 +111,131 @@ def test_a_curve_timed_while_other_programs_took_the_cores_is_not_cached(tmp_pat
                 break
         assert not contends(engine.last_stats.other_cores, cores)
         assert calibration.load(b.cost_key(), calibration.CostModel(max_n=3))
+
+
+def test_a_drafters_step_cost_is_kept_only_from_generations_on_quiet_cores(tmp_path, monkeypatch):
+    """What one drafted token costs a model drafter prices it in later plans: drafted beside
+    a load, its steps describe the load, so that generation is left out of the kept mean."""
+    import platform
+
+    from conftest import always_draft
+    from edgespec import calibration, engine as engine_module
+    from edgespec.drafters import ModelDrafter
+    from edgespec.engine import Engine
+    from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
+    from prompts import PROMPTS
+
+    class Keyed(ReferenceBackend):
+        def cost_key(self):
+            return f"drafter-model|{platform.node()}|CPU"
+
+    class Measured:  # other programs' load as the engine reads it, set by the test
+        other = 0.0
+
+        def cores(self):
+            return Measured.other
+
+    monkeypatch.setattr(calibration, "_dir", lambda: tmp_path / "calibration")
+    monkeypatch.setattr(engine_module, "OtherLoad", Measured)
+    model = ReferenceModel(seed=3)
+    target = ReferenceBackend(model)
+    drafter = ModelDrafter(Keyed(model), p_min=0.0)
+    engine = Engine(target, drafter, controller=always_draft(4), calibrate=False)  # untimed: it drafts throughout
+    prompt = target.tokenizer.encode(PROMPTS[0])
+    kept = lambda: calibration.latest(calibration.DRAFTER_STEP + "drafter-model")  # noqa: E731
+
+    Measured.other = 2.0  # two cores' worth of other work: contended on any machine here
+    list(engine.generate(prompt, 40))
+    loaded_n, loaded_s = drafter.token_cost
+    assert loaded_n >= calibration.MIN_STEPS  # it drafted plenty
+    assert kept() is None  # and none of it was kept
+
+    Measured.other = 0.0
+    list(engine.generate(prompt, 40))
+    n, s = drafter.token_cost
+    assert kept() == {1: (s - loaded_s) / (n - loaded_n)}  # the quiet generation's mean alone
+
+
+def test_threads_are_given_up_to_programs_that_want_most_of_a_core(monkeypatch):
+    """The 2-core VM's measurements (cpu_load.py): 2 threads beside a program busy 25%, 50%,
+    75% and 100% of the time measured it at 0.14, 0.26, 0.39 and 0.68 cores, and decoded at
+    39.2, 36.1, 26.1 and 15.8 tokens/s against 28.0, 24.6, 27.2 and 22.6 on one thread."""
+    from edgespec.cpu_load import fitting_threads
+
+    monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 2)
+    beside_two = [fitting_threads(o, threads=2, most=2, running=True) for o in (0.0, 0.14, 0.26, 0.39, 0.68)]
+    assert beside_two == [2, 2, 2, 1, 1]  # the last two: as fast or faster on one thread
+    beside_one = [fitting_threads(o, threads=1, most=2, running=True) for o in (0.0, 0.27, 0.51, 0.76, 1.01)]
+    assert beside_one == [2, 2, 2, 1, 1]  # the same programs, measured whole beside one thread
+    assert fitting_threads(1.0, threads=2, most=2, running=False) == 1  # measured while idle: as wanted
+    assert fitting_threads(1.9, threads=2, most=2, running=False) == 1  # never fewer than one
+    assert fitting_threads(0.0, threads=1, most=1, running=False) == 1  # never more than asked for
+
+
+def test_a_chat_beside_a_busy_program_decodes_on_the_cores_it_leaves(tmp_path, monkeypatch):
+    """Between two turns of a chat, another program starts and keeps all cores but one busy:
+    the next answer is computed on one thread; once it stops, on all of them again."""
+    import pytest
+    import tiny_gguf
+
+    from edgespec import calibration
+    from edgespec.api import EdgeSpec
+    from edgespec.runtimes.llamacpp import LlamaCppBackend, default_threads
+
+    cores = psutil.cpu_count()
+    if min(cores, default_threads()) < 2:
+        pytest.skip("one core: no thread to give up")
+    monkeypatch.setattr(calibration, "_dir", lambda: tmp_path / "calibration")
+    llm = EdgeSpec(LlamaCppBackend(tiny_gguf.write(tmp_path / "tiny.gguf"), n_ctx=512), drafter="lookup")
+    prompt = "the the the the"
+    llm.generate(prompt, max_tokens=16)
+    assert llm.last_stats.threads == default_threads()
+
+    busy = spinners(cores - 1)
+    try:
+        time.sleep(1.5)  # the user types the next message
+        answer = llm.generate(prompt, max_tokens=16)
+    finally:
+        stop(busy)
+    assert llm.last_stats.threads == 1
+    assert "1 of" in answer.stats.summary()  # and the user is told why
+
+    for _ in range(10):  # the kernel's own bursts (writing back files) count as others: wait them out
+        time.sleep(1.5)
+        llm.generate(prompt, max_tokens=16)
+        if llm.last_stats.threads == default_threads():
+            break
+    assert llm.last_stats.threads == default_threads()
+    llm.close()
+
+
+def test_a_program_that_starts_mid_answer_gets_its_core_within_about_a_second(tmp_path, monkeypatch):
+    import threading
+
+    import pytest
+    import tiny_gguf
+
+    from edgespec import calibration
+    from edgespec.api import EdgeSpec
+    from edgespec.runtimes.llamacpp import LlamaCppBackend, default_threads
+
+    class Slow(LlamaCppBackend):
+        def eval(self, ids, n_logits=None):
+            time.sleep(0.03)  # an answer long enough to be watched: 80 steps, 2.4 s
+            return super().eval(ids, n_logits)
+
+    cores = psutil.cpu_count()
+    if min(cores, default_threads()) < 2:
+        pytest.skip("one core: no thread to give up")
+    monkeypatch.setattr(calibration, "_dir", lambda: tmp_path / "calibration")
+    llm = EdgeSpec(Slow(tiny_gguf.write(tmp_path / "tiny.gguf"), n_ctx=512), drafter="none")
+    busy: list = []
+    later = threading.Timer(0.3, lambda: busy.extend(spinners(cores - 1)))
+    later.start()
+    try:
+        llm.generate("the the the the", max_tokens=80)
+    finally:
+        later.join()
+        stop(busy)
+    assert llm.last_stats.threads == 1 and llm.last_stats.threads_most == default_threads()
+    llm.close()

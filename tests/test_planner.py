@@ -301,11 +301,10 @@ def test_a_drafters_step_is_kept_per_machine_and_found_by_model_file(tmp_path, m
     for n, s in {1: 0.100, 2: 0.180, 4: 0.280}.items():
         cost.observe(n, s)
     calibration.save(key(target, 2), cost)
-    few = SimpleNamespace(token_cost=(3, 0.03), backend=SimpleNamespace(cost_key=lambda: key(drafter, 2)))
-    calibration.save_drafter_steps([few])  # too few steps to trust
+    small = SimpleNamespace(backend=SimpleNamespace(cost_key=lambda: key(drafter, 2)))
+    calibration.save_drafter_steps([(small, (3, 0.03))])  # too few steps to trust
     assert measured_costs(target, {"small": drafter}, 4)[1] == {}
-    enough = SimpleNamespace(token_cost=(40, 40 * 0.044), backend=few.backend)
-    calibration.save_drafter_steps([enough])
+    calibration.save_drafter_steps([(small, (40, 40 * 0.044))])
     batch, steps = measured_costs(target, {"small": drafter}, 4)
     assert batch[1:] == pytest.approx([0.100, 0.180, 0.230, 0.280, 0.330])  # interpolated, then extrapolated
     assert steps == {"small": pytest.approx(0.44)}
