@@ -12,6 +12,7 @@ cached and price later runs. psutil reads the system's and this process's CPU ti
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import deque
@@ -78,7 +79,10 @@ class RecentLoad:
         self._recent: deque[_Sample] = deque([self._start], maxlen=int(span / period) + 1)
         self._stop = threading.Event()
         self._period, self._until = period, self._start.wall + linger
-        threading.Thread(target=self._run, name="edgespec-load", daemon=True).start()
+        if sys.is_finalizing():  # no thread starts then: averaged since the start instead
+            self._stop.set()
+        else:
+            threading.Thread(target=self._run, name="edgespec-load", daemon=True).start()
 
     def _run(self) -> None:
         while not self._stop.wait(self._period) and time.perf_counter() < self._until:

@@ -277,6 +277,7 @@ class Engine:
         hindsight = Hindsight(ctl.acceptance) if params.greedy and drafter is not None else None
         pending = [token]
         st.finish_reason = "length"
+        ended = False  # the answer ran to its end: not abandoned (closed, interrupted, collected at exit)
         try:
             while True:
                 # emit what the last step produced
@@ -355,6 +356,7 @@ class Engine:
                     drafter.observe(history, batch[: n + 1], out[: n + 1])
                     st.draft_s += time.perf_counter() - t0
                 pending = [*draft.tokens[:n], verdict.next_token]
+            ended = True
         finally:
             st.total_s = time.perf_counter() - t_start
             st.other_cores = load.cores()
@@ -364,7 +366,9 @@ class Engine:
             if self._threads_most:
                 if self._ran_beside is None and st.other_cores is not None and steady:
                     self._ran_beside = (st.other_cores, st.threads)
-                self._window, self._idle = None, RecentLoad()
+                # no thread is started for an abandoned generator: it may be collected while the
+                # interpreter exits, when a thread's start never returns
+                self._window, self._idle = None, RecentLoad() if ended else None
             self._decoded_s += st.total_s - st.prefill_s
             # timed while other processes took the cores: the timings describe that load,
             # so neither a drafter's step cost nor the cost curve (kept or forgotten) is cached
