@@ -363,7 +363,7 @@ def profile(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
     plot_path: Optional[Path] = typer.Option(None, "--plot", help="Plot memory over time (and the sweep) to a PNG."),
     ctx: int = CtxOpt,
-    threads: Optional[int] = FreeThreadsOpt,
+    threads: Optional[int] = ThreadsOpt,
     max_draft: int = MaxDraftOpt,
     device: str = DeviceOpt,
     quiet: bool = typer.Option(False, "--quiet", hidden=True),

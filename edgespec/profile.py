@@ -73,13 +73,14 @@ def run_profile(model: str, drafter: str, budget: str | int | None, n_ctx: int, 
     from .bench import _timed, encode_prompt
     from .engine import Engine
     from .runtimes.devices import place
-    from .runtimes.llamacpp import _init_backend
+    from .runtimes.llamacpp import _init_backend, default_threads
 
     _init_backend(device)  # a GPU driver's start belongs to the baseline, as when EdgeSpec plans
     place(device)
     with MemorySampler() as mem:
         start = mem.mark("start")
-        llm = EdgeSpec(model, drafter=drafter, n_ctx=n_ctx, threads=threads, max_draft=max_draft,
+        # a fixed thread count: plain and speculative share the backend and are compared side by side
+        llm = EdgeSpec(model, drafter=drafter, n_ctx=n_ctx, threads=threads or default_threads(), max_draft=max_draft,
                        memory_budget=budget, quiet=True, device=device)
         try:
             if llm.plan is None:
