@@ -22,6 +22,7 @@ from rich.table import Table
 
 from .cpu_load import OtherLoad, contends
 from .errors import EdgespecError
+from .hybrid_compare import INTERVAL, against_best_member, verdict
 from .verifier import SamplingParams
 
 PLAIN = "plain"
@@ -151,7 +152,12 @@ def _plain_of(name: str, methods: dict) -> str:
 
 
 def _label(drafter: str) -> str:
-    """A model drafter given as a path shows as its folder or file name."""
+    """A model drafter given as a path shows as its folder or file name (a hybrid's too,
+    after `auto+`: the hybrid and its model are two rows)."""
+    from .drafters import HYBRID
+
+    if drafter.startswith(HYBRID):
+        return HYBRID + _label(drafter[len(HYBRID):])
     p = Path(drafter)
     return p.name if len(p.parts) > 1 else drafter
 
@@ -359,8 +365,11 @@ def run_bench(
             rows.append(_oracle_row(cat, plain_tps, *oracle[cat], ptoks))
         for d, totals in replayed.items():
             rows.append(_replay_row(d, cat, plain_tps, *totals[cat], ptoks))
+    compared = against_best_member(runs, cats)
     for r in rows:
         r["other_cores"] = other_cores
+        if r["category"] in compared.get(r["drafter"], {}):
+            r["against_best_member"] = compared[r["drafter"]][r["category"]]
         if r["drafter"] == ORACLE or r["drafter"].startswith(REPLAY):
             r["batch_costs_ms"] = [round(1000 * float(c), 3) for c in costs[1:]]  # batch sizes 1, 2, ...
     return rows
@@ -442,6 +451,21 @@ def print_rows(rows: list[dict], console: Console) -> None:
             " ".join(f"{k} {v['accepted']}" for k, v in r.get("by_drafter", {}).items() if v["accepted"]) or "-",
         )
     print_wide(console, t, 160)
+    print_hybrids(rows, console)
+
+
+def print_hybrids(rows: list[dict], console: Console) -> None:
+    """Each hybrid against the best single drafter it mixes, with the precision this run allows."""
+    compared = [r for r in rows if "against_best_member" in r]
+    if not compared:
+        return
+    t = Table("category", "hybrid", "best member", "x best member", f"{INTERVAL:.0%} interval", "prompts", "measured",
+              title="hybrids against the best single drafter they mix (paired by prompt, resampled)")
+    for r in compared:
+        c = r["against_best_member"]
+        t.add_row(r["category"], r["drafter"], c["best_member"], f"{c['ratio']:.3f}",
+                  "{:.3f}-{:.3f}".format(*c["interval"]), str(c["prompts"]), verdict(c))
+    print_wide(console, t, 120)
 
 
 def print_wide(console: Console, table, width: int) -> None:

@@ -66,7 +66,10 @@ class Engine:
         # adapt_threads: compute on the cores other programs leave (cpu_load.fitting_threads),
         # up to the count the backend was opened with; spinning threads that share a core
         # with a busy program lose far more than its share
-        self._threads_most: int | None = getattr(backend, "n_threads", None) if adapt_threads else None
+        # (never above the core count: a backend opened with more threads would otherwise be
+        # cut at the first decision and reported as crowded out by other programs)
+        opened = getattr(backend, "n_threads", None)
+        self._threads_most: int | None = min(opened, os.cpu_count() or opened) if adapt_threads and opened else None
         self._idle = RecentLoad() if self._threads_most else None  # others' load before the next generation
         self._ran_beside: tuple[float, int] | None = None  # (others' cores, own threads), latest measured
         self._window: OtherLoad | None = None  # others' load in the current second of a generation
@@ -372,10 +375,11 @@ class Engine:
             self._decoded_s += st.total_s - st.prefill_s
             # timed while other processes took the cores: the timings describe that load,
             # so neither a drafter's step cost nor the cost curve (kept or forgotten) is cached
-            if steady and not self._contended(st.other_cores):
+            quiet = steady and not self._contended(st.other_cores)
+            if quiet:
                 self._keep_drafter_steps(steps_before)
-            if (self._calibrate and ctl.cost.calibrated and b.simulated_seconds(1, 0) is None and steady
-                    and not self._curve_borrowed and not self._contended(st.other_cores)):
+            if (self._calibrate and ctl.cost.calibrated and b.simulated_seconds(1, 0) is None and quiet
+                    and not self._curve_borrowed):
                 # keep the curve as decoding refined it: one calibration under a passing load
                 # would otherwise price every later plan and run on this machine; a curve
                 # that drifted is refined only where decoding went, so it is forgotten

@@ -139,6 +139,11 @@ def test_bench_replays_text_only_drafters_on_plains_own_output(smollm2_path, tmp
     assert "oracle and replay rows priced at" in r.stderr
     assert replayed["batch_costs_ms"] == oracle["batch_costs_ms"] and replayed["batch_costs_ms"][0] > 0
     assert "other processes kept" in r.stderr  # how busy the cores were while it timed
+    # auto mixes lookup with other drafters: it is set against lookup, with the run's precision
+    mixed = rows[("auto", "all")]["against_best_member"]
+    assert mixed["best_member"] == "lookup" and mixed["prompts"] == 3
+    assert mixed["interval"][0] <= mixed["ratio"] <= mixed["interval"][1]
+    assert "hybrids against the best single drafter" in r.stdout
 
 
 def test_bench_refuses_a_temperature_where_it_cannot_measure_one():

@@ -239,3 +239,37 @@ def test_a_program_that_starts_mid_answer_gets_its_core_within_about_a_second(tm
         stop(busy)
     assert llm.last_stats.threads == 1 and llm.last_stats.threads_most == default_threads()
     llm.close()
+
+
+def test_a_backend_opened_with_more_threads_than_cores_is_not_reported_as_crowded_out(monkeypatch):
+    """Threads beyond the core count only wait on each other: the engine computes on at most
+    one per core, and on quiet cores says nothing of other programs."""
+    from edgespec import engine as engine_module
+    from edgespec.engine import Engine
+    from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
+
+    class Quiet:  # nothing else runs, as the engine reads it
+        def cores(self):
+            return 0.0
+
+        def seconds(self):
+            return 0.0
+
+        def close(self):
+            pass
+
+    class Threaded(ReferenceBackend):
+        n_threads = 4 * (psutil.cpu_count() or 1)
+
+        def set_threads(self, n):
+            self.n_threads = n
+            return True
+
+    monkeypatch.setattr(engine_module, "OtherLoad", Quiet)
+    monkeypatch.setattr(engine_module, "RecentLoad", Quiet)
+    backend = Threaded(ReferenceModel(seed=3))
+    engine = Engine(backend, None, adapt_threads=True)
+    list(engine.generate(backend.tokenizer.encode("the the the"), 8))
+    assert engine.last_stats.threads == engine.last_stats.threads_most == psutil.cpu_count()
+    assert "other programs are busy" not in engine.last_stats.summary()
+    engine.close()

@@ -18,6 +18,7 @@ from .recycle import TokenRecyclingDrafter
 
 MODEL_FREE = ("none", "lookup", "ngram", "recycle", "auto")
 HYBRID = "auto+"  # auto+MODEL: the model-free drafters and a model drafter, chosen step by step
+AUTO_MEMBERS = ("lookup", "ngram", "recycle")  # what auto mixes (make_drafter)
 
 __all__ = ["Draft", "Drafter", "PromptLookupDrafter", "NGramCacheDrafter", "TokenRecyclingDrafter",
            "AutoDrafter", "ModelDrafter", "CrossVocabDrafter", "MODEL_FREE", "make_drafter",
@@ -40,8 +41,7 @@ def make_drafter(name: str, n_vocab: int, controller: DraftController, target_to
     if name == "recycle":
         return TokenRecyclingDrafter(n_vocab)
     if name == "auto" or name.startswith(HYBRID):
-        members: list[Drafter] = [PromptLookupDrafter(), NGramCacheDrafter(max_bytes=ngram_bytes),
-                                  TokenRecyclingDrafter(n_vocab)]
+        members = [d for m in AUTO_MEMBERS if (d := make_drafter(m, n_vocab, controller, n_ctx=n_ctx)) is not None]
         if name.startswith(HYBRID):
             if target_tokenizer is None:
                 raise DrafterError("a hybrid drafter needs the target's tokenizer")

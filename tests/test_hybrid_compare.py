@@ -1,0 +1,52 @@
+"""A hybrid against the best single drafter it mixes: a ratio with the precision the
+bench's prompts allow, not one aggregate that noise can tip either way."""
+
+import numpy as np
+
+from edgespec.bench import Run
+from edgespec.hybrid_compare import against_best_member, members, verdict
+
+
+def bench_runs(speeds: dict[str, float], prompts: int = 8, noise: float = 0.05, seed: int = 0) -> dict:
+    """Each method's runs over the same prompts: 100 tokens at about its speed, a prompt's
+    own difficulty shared by every method (what pairing cancels), and timing noise."""
+    rng = np.random.default_rng(seed)
+    hard = rng.uniform(0.7, 1.3, prompts)
+    return {(name, "chat"): [Run(list(range(101)), 100 * hard[i] / (tps * rng.normal(1, noise)))
+                             for i in range(prompts)] for name, tps in speeds.items()}
+
+
+def test_a_hybrids_members_are_the_single_drafters_it_mixes():
+    assert members("auto") == ["lookup", "ngram", "recycle"]
+    assert members("auto+smollm2-135m") == ["lookup", "ngram", "recycle", "smollm2-135m"]
+    assert members("lookup") == []
+
+
+def test_a_hybrid_as_fast_as_its_best_member_shows_no_difference_within_the_noise():
+    """Twenty benches of a hybrid exactly as fast as lookup: the interval covers 1 in most
+    of them (90% nominal; a bootstrap over eight prompts runs a little narrow: 16 here),
+    and the ratio stays near it."""
+    found = [against_best_member(bench_runs({"lookup": 30.0, "ngram": 25.0, "auto+smollm2-135m": 30.0}, seed=s),
+                                 ["chat"])["auto+smollm2-135m"]["chat"] for s in range(20)]
+    assert all(c["best_member"] == "lookup" and c["prompts"] == 8 for c in found)
+    covered = [c for c in found if verdict(c) == "no difference measured"]
+    assert len(covered) >= 14 and all(c["interval"][0] < 1.0 < c["interval"][1] for c in covered)
+    assert all(abs(c["ratio"] - 1.0) < 0.08 for c in found)
+
+
+def test_a_hybrid_that_loses_to_its_best_member_is_measured_slower():
+    runs = bench_runs({"lookup": 30.0, "auto": 27.0}, prompts=12, noise=0.02)
+    c = against_best_member(runs, ["chat"])["auto"]["all"]
+    assert c["interval"][1] < 1.0 and verdict(c) == "slower in this run"
+
+
+def test_a_hybrid_with_none_of_its_members_beside_it_is_not_compared():
+    assert against_best_member(bench_runs({"auto": 30.0, "plain": 29.0}), ["chat"]) == {}
+
+
+def test_a_hybrid_of_a_model_given_by_path_keeps_a_row_apart_from_the_model_alone():
+    from edgespec.bench import _label
+
+    assert _label("/models/drafter.gguf") == "drafter.gguf"
+    assert _label("auto+/models/drafter.gguf") == "auto+drafter.gguf"
+    assert members(_label("auto+/models/drafter.gguf"))[-1] == _label("/models/drafter.gguf")
