@@ -127,7 +127,9 @@ def test_a_stale_calibration_is_timed_again_once_decoding_finds_it_wrong(tmp_pat
         controller = DraftController(max_k=4)
         engine = Engine(b, make_drafter("lookup", b.n_vocab, controller), controller=controller)
         prompt = b.tokenizer.encode("the the the the the the the the")
-        list(engine.generate(prompt, 48))
+        # long enough that re-timing is due (RETIME_SHARE of the decoding time exceeds what
+        # loading the cached curve took): 48 tokens gave only 25x that load time, 20x needed
+        list(engine.generate(prompt, 200))
         assert controller.cost.drifted()
         assert not calibration.load(b.cost_key(), calibration.CostModel(max_n=5))  # forgotten
         list(engine.generate(prompt, 4))  # starts by timing every size again
