@@ -13,8 +13,10 @@
 #
 #   ./install.sh         the runtime: chat, generate, bench, ONNX Runtime backend
 #   ./install.sh --dev   also the export pipeline (torch, transformers, optimum), the tests, Xvfb,
-#                        and (as root on Debian) the Vulkan toolchain and Mesa's software GPU
-#                        (lavapipe), so the GPU code path runs and is tested on any machine
+#                        (as root on Debian) the Vulkan toolchain and Mesa's software GPU
+#                        (lavapipe), so the GPU code path runs and is tested on any machine, and
+#                        llama-server from the same llama.cpp source, the peer `edgespec bench
+#                        --peers llama-server` measures against
 set -euo pipefail
 
 extras=""
@@ -167,6 +169,39 @@ else
 fi
 # the key marks this build; the flags are for `edgespec doctor`
 "$PYTHON" -c 'import importlib.util, os, sys; d = os.path.dirname(importlib.util.find_spec("llama_cpp").origin); open(os.path.join(d, ".edgespec-build-flags"), "w").write(sys.argv[2]); open(os.path.join(d, ".edgespec-build"), "w").write(sys.argv[1])' "$key" "$flags"
+
+# llama-server, built from the llama.cpp source this llama-cpp-python vendors (its sdist's
+# vendor/llama.cpp) with the same CPU flags, for the CPU only: the bench's peer. Cached per
+# machine like the wheel; edgespec finds it through the "llama-server" link in the cache.
+server_root="${EDGESPEC_SERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/edgespec/llama-server}"
+build_llama_server() {
+    local cpu_flags="${flags% -DGGML_VULKAN=ON*}" key dir tmp src
+    key="$(printf '%s|%s|server' "$LLAMA_CPP_PYTHON_VERSION" "$cpu_flags" | sha256sum | cut -c1-16)"
+    dir="$server_root/$LLAMA_CPP_PYTHON_VERSION-$key"
+    if [ -x "$dir/llama-server" ]; then
+        echo "edgespec: llama-server already built for this machine ($key)"
+    else
+        echo "edgespec: building llama-server from llama-cpp-python $LLAMA_CPP_PYTHON_VERSION's llama.cpp (5-10 minutes on 2 cores, once per machine)"
+        tmp="$(mktemp -d)"
+        "$PYTHON" -m pip download -q --no-deps --no-binary :all: -d "$tmp" "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" \
+            && tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp" || { rm -rf "$tmp"; return 1; }
+        src="$(echo "$tmp"/llama_cpp_python-*/vendor/llama.cpp)"
+        # no web UI (a prebuilt one would be downloaded), no HTTPS: the bench talks to it on loopback
+        # shellcheck disable=SC2086
+        cmake -S "$src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF $cpu_flags \
+                -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+                -DLLAMA_OPENSSL=OFF >"$tmp/cmake.log" 2>&1 \
+            && cmake --build "$tmp/build" --target llama-server -j "$(nproc 2>/dev/null || echo 2)" >"$tmp/build.log" 2>&1 \
+            || { tail -20 "$tmp"/*.log >&2; rm -rf "$tmp"; return 1; }
+        mkdir -p "$dir.tmp" && cp "$tmp/build/bin/llama-server" "$dir.tmp/" && rm -rf "$dir" && mv "$dir.tmp" "$dir"
+        rm -rf "$tmp"
+    fi
+    ln -sfn "$dir/llama-server" "$server_root/llama-server"
+}
+
+if [ -n "$extras" ]; then
+    build_llama_server || echo "edgespec: could not build llama-server (the error is above); the bench's llama-server peer will be missing" >&2
+fi
 
 if [ -n "$extras" ] && ! "$PYTHON" -c 'import torch' 2>/dev/null; then
     # pinned: an unpinned torch resolves to a multi-GB CUDA build; 2.13.0 is the CPU

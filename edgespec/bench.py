@@ -29,11 +29,17 @@ PLAIN = "plain"
 PEER = "llama-cpp-python-lookup"
 
 
+# the prompts that ship with edgespec, by name: the 12 drafting was tuned on, 18 held out from that
+SHIPPED = {"shipped": ["bench_prompts"], "heldout": ["heldout_prompts"], "all": ["bench_prompts", "heldout_prompts"]}
+
+
 def load_prompts(path: Path | None, limit: int | None = None) -> list[dict]:
-    """Rows of {category, prompt} or {category, messages}; the shipped set by default."""
-    if path is None:
-        text = resources.files("edgespec").joinpath("data/bench_prompts.jsonl").read_text()
-        source = "the shipped prompts"
+    """Rows of {category, prompt} or {category, messages} from a JSONL file, or a shipped set by
+    name (`SHIPPED`); "shipped" by default."""
+    name = "shipped" if path is None else str(path)
+    if name in SHIPPED and (path is None or not Path(path).exists()):
+        text = "\n".join(resources.files("edgespec").joinpath(f"data/{f}.jsonl").read_text() for f in SHIPPED[name])
+        source = f"the shipped prompts ({name})"
     else:
         try:
             text = Path(path).read_text()
@@ -144,9 +150,49 @@ class _Edgespec:
                    getattr(d, "step_s", 0.0) - before[1], {k: list(v) for k, v in st.by_key.items()})
 
 
+class _Peer:
+    """A llama-server configuration (llama_server.py) as a bench method."""
+
+    def __init__(self, server, is_eog: Callable[[int], bool]) -> None:
+        self.server, self.is_eog = server, is_eog
+
+    def run(self, ids: list[int], max_tokens: int) -> Run:
+        from .llama_server import decode_timing
+
+        toks, seconds, drafted, accepted = decode_timing(self.server.complete(ids, max_tokens), self.is_eog)
+        return Run(toks, seconds, drafted, accepted)
+
+
+def _start_servers(model_path: Path, draft_models: dict[str, Path], ctx: int, threads: int,
+                   is_eog: Callable[[int], bool], servers: list, console: Console) -> dict[str, Callable]:
+    """One llama-server per configuration, appended to `servers` as it starts (the caller
+    stops them), as bench methods by row name."""
+    import tempfile
+
+    from . import llama_server
+
+    exe = llama_server.binary()
+    if exe is None:
+        raise EdgespecError("--peers llama-server: no llama-server is built on this machine "
+                            "(./install.sh --dev builds it; or set EDGESPEC_LLAMA_SERVER to one)")
+    logs = Path(tempfile.mkdtemp(prefix="edgespec-llama-server-"))
+    methods: dict[str, Callable] = {}
+    for name, spec in llama_server.configurations(draft_models).items():
+        with console.status(f"starting {name}…"):
+            server = llama_server.LlamaServer(exe, model_path, ctx, threads, spec,
+                                              logs / f"{name.replace(':', '-')}.log")
+        servers.append(server)
+        methods[name] = _Peer(server, is_eog).run
+    return methods
+
+
 def _plain_of(name: str, methods: dict) -> str:
     """The row a method is compared with: its own runtime's or device's plain row
     (gpu:plain for gpu:lookup, onnx:plain for onnx:auto), else llama.cpp's plain."""
+    from .llama_server import NAME
+
+    if name.startswith(NAME):
+        return NAME
     own = f"{name.split(':')[0]}:plain"
     return own if ":" in name and own in methods else PLAIN
 
@@ -162,11 +208,21 @@ def _label(drafter: str) -> str:
     return p.name if len(p.parts) > 1 else drafter
 
 
-def run_bench(
+def run_bench(*args, **kwargs) -> list[dict]:
+    """`_run_bench`, with every llama-server it started stopped however it ends (Ctrl-C too)."""
+    servers: list = []
+    try:
+        return _run_bench(*args, servers=servers, **kwargs)
+    finally:
+        for server in servers:
+            server.close()
+
+
+def _run_bench(
     model: str, prompts: list[dict], drafters: list[str], max_tokens: int, ctx: int,
     threads: int | None, max_draft: int, peer: bool, console: Console, onnx: str | None = None,
     devices: list[str] | None = None, uag: bool = False, draft_min: int = 0,
-    params: SamplingParams = SamplingParams(),
+    params: SamplingParams = SamplingParams(), peers: Sequence[str] = (), servers: list | None = None,
 ) -> list[dict]:
     """`onnx`: an ONNX export of the same model; its rows (`onnx:plain`, `onnx:<drafter>`)
     run the same prompts on ONNX Runtime, side by side with llama.cpp's. `devices`
@@ -176,7 +232,9 @@ def run_bench(
     drafter (hf_assisted.py), rows `hf:plain` and `hf:uag:<drafter>`. `draft_min`: edgespec's
     drafters verify at least that many tokens a step (DraftController.min_k). `params`: every
     row decodes with these (sampling: outputs are not compared with plain's, and model
-    drafters sample their drafts)."""
+    drafters sample their drafts). `peers`: "llama-server" adds llama.cpp's server, plain and
+    with each of its speculation types (and each same-vocabulary model drafter as `-md`),
+    rows `llama-server`, `llama-server:ngram-mod`, ... compared with llama-server's plain."""
     from .drafters import HYBRID, check_drafter, drafter_backends
     from .planner import uses_model
     from .runtimes.llamacpp import default_threads
@@ -186,6 +244,11 @@ def run_bench(
         raise EdgespecError("plain decoding is always in the bench; 'none' is not a drafter")
     drafter_paths = {d: check_drafter(d) for d in drafters}  # an unknown drafter is refused before any loading
     models = {_label(d.removeprefix(HYBRID)): d for d in drafters if uses_model(d)}  # their label: a drafter
+    unknown = [p for p in peers if p != "llama-server"]
+    if unknown:
+        raise EdgespecError(f"unknown peer {unknown[0]!r}: the bench knows llama-server")
+    if peers and not params.greedy:
+        raise EdgespecError("--peers runs greedy decoding only (no --temperature)")
     if uag:
         from importlib.util import find_spec
 
@@ -217,6 +280,13 @@ def run_bench(
                 if o.llm.tokenizer.n_vocab != tmpl.tokenizer.n_vocab:
                     raise EdgespecError(f"{onnx} has another vocabulary than {model}: export the same model")
                 methods[f"onnx:{'plain' if d == 'none' else d}"] = o.run
+    if peers:
+        from .runtimes import model_file
+
+        same_vocab = {label: model_file(drafter_paths[d]) for label, d in models.items()
+                      if drafter_backends(es[d].llm.drafter)[0].tokenizer.n_vocab == tmpl.tokenizer.n_vocab}
+        methods.update(_start_servers(model_file(path), same_vocab, ctx, threads, eog,
+                                      servers if servers is not None else [], console))
     if uag:
         from .hf_assisted import hf_methods
         from .runtimes import model_file
@@ -237,7 +307,7 @@ def run_bench(
         raise EdgespecError(f"a prompt of {too_long[0]} tokens plus {max_tokens} new ones exceeds --ctx {ctx}")
 
     warm = encoded[0][1][:32]
-    for run in methods.values():  # page in weights, calibrate batch costs, allocate buffers
+    for run in methods.values():  # page in weights, allocate buffers
         run(warm, 8)
     # GPU methods load after the CPU's are timed: a software GPU (lavapipe) compiles its
     # shaders on the CPU, in threads that would run through the CPU's calibration
@@ -255,18 +325,8 @@ def run_bench(
         for name, g in on_device.items():
             if name.startswith(dev + ":"):
                 g.run(warm, 8)
-    curves = [("", next(iter(es.values())))] if es else []
-    for dev in others:
-        g = next((g for n, g in on_device.items() if n.startswith(dev + ":") and not n.endswith(":plain")), None)
-        if g is not None:
-            curves.append((dev + " ", g))
-    for label, e in curves:
-        cost = e.llm.engine.controller.cost.measured
-        if 1 in cost:
-            console.print(f"{label}batch cost, in units of one token: "
-                          + ", ".join(f"{n}: {t / cost[1]:.2f}" for n, t in sorted(cost.items())), highlight=False)
 
-    load = OtherLoad()
+    load = OtherLoad(own=tuple(s.proc.pid for s in servers or ()))  # the peers' decoding is the bench's own
     runs: dict[tuple[str, str], list[Run]] = defaultdict(list)
     identical: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # (method, category) -> [same, runs]
     from rich.progress import Progress
@@ -294,6 +354,7 @@ def run_bench(
     cats = list(dict.fromkeys(c for c, _ in encoded))
     # the oracle replays each prompt's plain output once: [plain, oracle] time per category
     oracle: dict[str, list[float]] = {}
+    _print_curves(es, on_device, others, console)
     if es:
         from .oracle import lookup_oracle_time
 
@@ -305,9 +366,7 @@ def run_bench(
                 t[0] += max(len(r.tokens) - 1, 0) * costs[1]
                 t[1] += lookup_oracle_time(ids, r.tokens, costs)
         oracle["all"] = [sum(t[0] for t in oracle.values()), sum(t[1] for t in oracle.values())]
-        # decoding refined the curve since it was printed above: the priced rows say where
-        console.print("oracle and replay rows priced at the batch costs decoding refined, in units of one token: "
-                      + ", ".join(f"{n}: {costs[n] / costs[1]:.2f}" for n in range(2, len(costs))), highlight=False)
+        console.print("oracle and replay rows priced at these batch costs", highlight=False)
     replayed = _replays(drafters, encoded, runs, es, path, max_draft, draft_min, costs) if es and params.greedy else {}
     for cat in cats + ["all"]:
         def agg(name: str) -> tuple[int, float, int, int, float, list, int]:
@@ -351,7 +410,7 @@ def run_bench(
                 "tokens_per_s": round(tps, 3),
                 "acceptance_rate": round(acc / drafted, 4) if drafted else None,
                 "ratio_to_plain": round(tps / base_tps, 3) if base_tps else None,
-                "overhead_ms_per_token": round(over, 4) if name not in (PLAIN, PEER) and not name.startswith("hf:")
+                "overhead_ms_per_token": round(over, 4) if name not in (PLAIN, PEER) and not name.startswith(("hf:", "llama-server"))
                 else None,
                 "tokens": toks,
                 "mean_accepted": round((steps + acc) / steps, 3) if steps else None,
@@ -365,6 +424,7 @@ def run_bench(
             rows.append(_oracle_row(cat, plain_tps, *oracle[cat], ptoks))
         for d, totals in replayed.items():
             rows.append(_replay_row(d, cat, plain_tps, *totals[cat], ptoks))
+    _against_best_peer(rows)
     compared = against_best_member(runs, cats)
     for r in rows:
         r["other_cores"] = other_cores
@@ -373,6 +433,38 @@ def run_bench(
         if r["drafter"] == ORACLE or r["drafter"].startswith(REPLAY):
             r["batch_costs_ms"] = [round(1000 * float(c), 3) for c in costs[1:]]  # batch sizes 1, 2, ...
     return rows
+
+
+def _print_curves(es: dict, on_device: dict, others: list[str], console: Console) -> None:
+    """Every batch size timed once more after the runs, on the first engine of each device:
+    what the oracle and replay rows are priced at (decoding measures only the sizes it
+    runs). Nothing is cached: the engines' own curves are what decoding learned."""
+    curves = [("", next(iter(es.values())))] if es else []
+    for dev in others:
+        g = next((g for n, g in on_device.items() if n.startswith(dev + ":") and not n.endswith(":plain")), None)
+        if g is not None:
+            curves.append((dev + " ", g))
+    for label, e in curves:
+        e.llm.reset()
+        cost = e.llm.engine.calibrate(fresh=True, save=False)
+        console.print(f"{label}batch cost timed after the runs, in units of one token: "
+                      + ", ".join(f"{n}: {t / cost[1]:.2f}" for n, t in sorted(cost.items())), highlight=False)
+
+
+def _against_best_peer(rows: list[dict]) -> None:
+    """Each edgespec method's speed-up over plain against the best llama-server type's over
+    llama-server's own plain, per category (`x_best_peer`); nothing without peer rows."""
+    from .llama_server import NAME
+
+    best: dict[str, float] = {}
+    for r in rows:
+        if r["drafter"].startswith(NAME + ":") and r["ratio_to_plain"]:
+            best[r["category"]] = max(best.get(r["category"], 0.0), r["ratio_to_plain"])
+    for r in rows:
+        name = r["drafter"]
+        mine = r["ratio_to_plain"] and name not in (PLAIN, PEER) and not name.startswith((NAME, "hf:", ORACLE))
+        if mine and r["category"] in best:
+            r["x_best_peer"] = round(r["ratio_to_plain"] / best[r["category"]], 3)
 
 
 def _report_load(load: OtherLoad, threads: int, console: Console) -> float | None:
@@ -436,13 +528,15 @@ def _replayed_row(name: str, cat: str, plain_tps: float, plain_time: float, seco
 
 
 def print_rows(rows: list[dict], console: Console) -> None:
-    t = Table("category", "method", "tok/s", "x plain", "accept", "by position", "overhead ms/tok",
-              "same as plain", "drafter ms/step", "accepted from",
+    peers = any("x_best_peer" in r for r in rows)
+    t = Table("category", "method", "tok/s", "x plain", *(["x best peer"] if peers else []), "accept", "by position",
+              "overhead ms/tok", "same as plain", "drafter ms/step", "accepted from",
               title="edgespec bench (decode speed, prefill excluded; measured side by side in one run)")
     for r in rows:
         t.add_row(
             r["category"], r["drafter"], f"{r['tokens_per_s']:.2f}",
             f"{r['ratio_to_plain']:.2f}" if r["ratio_to_plain"] is not None else "-",
+            *([f"{r['x_best_peer']:.2f}" if "x_best_peer" in r else "-"] if peers else []),
             f"{r['acceptance_rate']:.0%}" if r["acceptance_rate"] is not None else "-",
             "/".join("-" if a is None else f"{100 * a:.0f}" for a in r["acceptance_by_position"][:4]) or "-",
             f"{r['overhead_ms_per_token']:.3f}" if r["overhead_ms_per_token"] is not None else "-",

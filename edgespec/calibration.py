@@ -1,8 +1,8 @@
 """Measured costs, kept on disk per model, build, threads and machine.
 
-Timing every batch size from 1 to 17 takes a few seconds on a 1.5B model; the
-curve is a property of the machine and build, not of the conversation, so it is
-measured once and refined online by the controller after that. A model drafter's
+The batch-cost curve is a property of the machine and build, not of the
+conversation: what decoding learned of it is kept, and the next process starts
+from it and refines it. A model drafter's
 step (one drafted token, as generation measured it) is kept the same way, so the
 memory planner can weigh drafters by what they cost here before loading any.
 """
@@ -23,7 +23,7 @@ from .controller import CostModel, acceptance_counts
 
 
 # curves written before the median-of-three calibration and the shared speed factor
-# (format 1) mixed timings from different moments into one shape: they are timed again
+# (format 1) mixed timings from different moments into one shape: they are learned again
 CURVE_FORMAT = 2
 DRAFTER_STEP = "drafter-step|"  # prefixes a drafter backend's cost key for its step cost
 MIN_STEPS = 16  # drafted tokens before a drafter's mean cost is worth keeping

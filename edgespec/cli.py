@@ -104,7 +104,7 @@ def _load(model: str, drafter: str, ctx: int, threads: Optional[int], max_draft:
     path = resolve(model)  # fetches with a progress bar on first use
     first = " (a GPU budget first measures the driver's memory, once: minutes on a software GPU)" \
         if budget is not None and device != "cpu" else ""
-    with err.status(f"loading {model}{first}…") as status:
+    with err.status(f"loading {model}{first}…"):
         llm = EdgeSpec(str(path), drafter=drafter, n_ctx=ctx, threads=threads, max_draft=max_draft,
                        memory_budget=budget, device=device, ep_options=options or None)
         for notice in llm.notices:
@@ -115,9 +115,6 @@ def _load(model: str, drafter: str, ctx: int, threads: Optional[int], max_draft:
             err.print(f"[dim]memory plan: {llm.plan.summary()}[/]", highlight=False)
             for note in llm.plan.notes:
                 err.print(f"[dim]  {note}[/]", highlight=False)
-        if llm.drafter is not None:
-            status.update("timing batch sizes on this machine (cached after the first run)…")
-            llm.engine.calibrate()
     llm.model_name = model
     return llm
 
@@ -267,7 +264,8 @@ def _show_answer(stream, markdown: bool) -> None:
 @user_errors
 def bench(
     model: str = ModelOpt,
-    prompts: Optional[Path] = typer.Option(None, "--prompts", help="JSONL: {category, prompt} or {category, messages}."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="JSONL: {category, prompt} or {category, messages}; "
+                                           "or a shipped set: shipped (the default), heldout, all."),
     drafters: str = typer.Option("lookup,ngram,recycle,auto", "--drafters", help="Comma-separated edgespec drafters."),
     max_tokens: int = typer.Option(256, "--max-tokens", "-n", min=1),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the rows as a JSON list here."),
@@ -275,6 +273,8 @@ def bench(
     threads: Optional[int] = ThreadsOpt,
     max_draft: int = MaxDraftOpt,
     peer: bool = typer.Option(True, "--peer/--no-peer", help="Include llama-cpp-python's own prompt lookup."),
+    peers: str = typer.Option("", "--peers", help="llama-server: also run llama.cpp's server (built by "
+                              "./install.sh --dev) plain and with each of its speculation types, as rows llama-server:*."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N prompts of each category."),
     onnx: Optional[str] = typer.Option(None, "--onnx", help="An ONNX export of the same model: also run it on ONNX Runtime."),
     backend: str = typer.Option("cpu", "--backend", help="cpu (measured here) or fpga-sim (acceptance measured here, "
@@ -297,7 +297,7 @@ def bench(
 ) -> None:
     """Plain llama.cpp, its prompt lookup and edgespec's drafters, side by side in one run.
 
-    Example: edgespec bench -m qwen2.5-coder-1.5b --drafters lookup,auto -n 256 --json bench.json
+    Example: edgespec bench -m qwen2.5-coder-1.5b --drafters lookup,auto --peers llama-server -n 256 --json bench.json
     (add --onnx FOLDER to run an `edgespec export` of the model on ONNX Runtime beside llama.cpp;
     --backend fpga-sim prices every call on a simulated KV260 FPGA instead of timing this CPU;
     --device cpu,gpu measures llama.cpp's Vulkan GPU beside the CPU;
@@ -339,7 +339,8 @@ def bench(
         _fail(f"--device takes cpu, or cpu followed by others (cpu,gpu): got {device!r}")
     rows = run_bench(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft, peer, err,
                      onnx=onnx, devices=devices, uag=uag, draft_min=draft_min,
-                     params=SamplingParams(temperature=temperature, seed=seed))
+                     params=SamplingParams(temperature=temperature, seed=seed),
+                     peers=[p.strip() for p in peers.split(",") if p.strip()])
     print_rows(rows, out)
     if json_path:
         json_path.write_text(json.dumps(rows, indent=2))

@@ -1,8 +1,9 @@
 """Adaptive draft length: draft only as many tokens as pay off.
 
 Two things are learned online:
-- the backend's cost of evaluating a batch of n tokens (seconds), calibrated at
-  start-up on a few batch sizes and refined from every verification;
+- the backend's cost of evaluating a batch of n tokens (seconds), learned from the
+  batches decoding runs (or loaded from what earlier runs learned) and refined from
+  every verification; a size not yet measured is priced high (`prior_units`);
 - the acceptance rate at each draft position, separately for each kind of
   draft (`Draft.key`: lookup with a long match is worth more than with one token).
 
@@ -105,6 +106,20 @@ class AcceptanceModel:
         return 1.0 + np.concatenate([[0.0], np.cumsum(np.cumprod(p))])
 
 
+# What a batch of n tokens costs, in units of one token, before this machine measured it:
+# at or above the CPU curves measured for the project (docs/design.md), so an unmeasured
+# size is drafted only where drafts are long and nearly always accepted, and a loss while
+# learning is unlikely.
+PRIOR_SECOND_ROW = 0.9
+PRIOR_ROW = 0.8
+LEARN_AFTER = 3  # observations of a size before its median joins the curve
+
+
+def prior_units(n: int) -> float:
+    """A pessimistic cost of an n-token batch in units of one token (see PRIOR_ROW)."""
+    return 1.0 if n <= 1 else 1.0 + PRIOR_SECOND_ROW + PRIOR_ROW * (n - 2)
+
+
 @dataclass
 class CostModel:
     """Seconds to evaluate a batch of n tokens, for n = 1..max_n: the curve timed
@@ -120,6 +135,10 @@ class CostModel:
     observation moves the shared speed; a size's own correction learns only what
     persists (decoding's real ratios against calibration's), and no single step
     moves either by more than a factor of two.
+
+    A size joins the curve once decoding ran it LEARN_AFTER times (their median);
+    until then it is priced no lower than `prior_units` allows from the nearest
+    measured size below, and no higher than the nearest measured size above.
     """
 
     max_n: int
@@ -132,6 +151,7 @@ class CostModel:
     _adj: dict[int, float] = field(default_factory=dict)  # log correction of one size
     _recent: dict[int, float] = field(default_factory=dict)  # unclipped average seconds per size, for drift
     _seen: dict[int, int] = field(default_factory=dict)  # observations per size since timed
+    _learning: dict[int, list[float]] = field(default_factory=dict)  # a new size's observations, at speed 0
     _cache: np.ndarray | None = None
 
     def set_timed(self, seconds: dict[int, float]) -> None:
@@ -144,9 +164,13 @@ class CostModel:
 
     def observe(self, n: int, seconds: float) -> None:
         self._cache = None
-        if n not in self._t:  # a size never timed joins the curve at the current speed
+        if n not in self._t:  # a new size joins the curve at the current speed, once seen enough
             if seconds > 0:
-                self._t[n] = seconds / math.exp(self._speed)
+                seen = self._learning.setdefault(n, [])
+                seen.append(seconds / math.exp(self._speed))
+                if len(seen) >= LEARN_AFTER:
+                    self._t[n] = float(np.median(seen))
+                    del self._learning[n]
             return
         self._seen[n] = self._seen.get(n, 0) + 1
         old = self._recent.get(n)
@@ -172,12 +196,20 @@ class CostModel:
         """Decoding refines only the sizes it uses; when one of them has moved far from
         where it was timed (a calibration under a passing load, a machine that changed
         since), the sizes it does not use are as stale, and the ratios between them
-        that draft lengths are chosen by are wrong: every size should be timed again."""
+        that draft lengths are chosen by are wrong: every size should be learned again."""
         return any(self._seen.get(n, 0) >= self.drift_after and abs(s / self._t[n] - 1) > self.drift
                    for n, s in self._recent.items())
 
+    def relearn(self) -> None:
+        """After a drift: keep the sizes decoding measured lately, at what it measured,
+        and learn the others again from decoding instead of trusting their stale timing."""
+        kept = {n: s for n, s in self._recent.items() if self._seen.get(n, 0) >= self.drift_after and s > 0}
+        if 1 not in kept and 1 in self._t:
+            kept[1] = self.predict(1)
+        self.set_timed(kept)
+
     def reset(self) -> None:
-        self._t, self._adj, self._recent, self._seen = {}, {}, {}, {}
+        self._t, self._adj, self._recent, self._seen, self._learning = {}, {}, {}, {}, {}
         self._speed, self._cache = 0.0, None
 
     @property
@@ -187,7 +219,13 @@ class CostModel:
 
     @property
     def calibrated(self) -> bool:
+        """One token's cost is known: every other size can be priced against it."""
         return 1 in self._t
+
+    @property
+    def complete(self) -> bool:
+        """Every size up to max_n is measured: nothing is priced by the prior."""
+        return all(n in self._t for n in range(1, self.max_n + 1))
 
     def costs(self) -> np.ndarray:
         """cost[n] for n = 0..max_n (cost[0] unused), interpolated between measured sizes."""
@@ -196,22 +234,52 @@ class CostModel:
         return self._cache
 
     def _interpolate(self) -> np.ndarray:
-        known = sorted(self._t)
-        if not known:
-            base = np.arange(self.max_n + 1, dtype=float)
-            return 1.0 + 0.15 * np.maximum(base - 1, 0)  # a prior in units of one token
-        xs = np.array(known, dtype=float)
-        ys = np.array([self.predict(n) for n in known])
-        n = np.arange(self.max_n + 1, dtype=float)
-        out = np.interp(n, xs, ys)
-        if len(xs) >= 2 and n[-1] > xs[-1]:  # extrapolate beyond the largest measured batch
-            slope = max((ys[-1] - ys[-2]) / (xs[-1] - xs[-2]), 0.0)
-            out = np.where(n > xs[-1], ys[-1] + slope * (n - xs[-1]), out)
+        """Measured sizes as they are; a size between two measured ones costs what the
+        larger does, unless the prior from the smaller one says less; one beyond the
+        largest measured one costs that one plus the prior's rows. Without one token's
+        cost, the prior alone (in units of one token)."""
+        prior = np.array([prior_units(n) for n in range(self.max_n + 1)])
+        if not self.calibrated:
+            return prior
+        one = self.predict(1)
+        out = np.zeros(self.max_n + 1)
+        below, above = 1, sorted(self._t)
+        for n in range(1, self.max_n + 1):
+            if n in self._t:
+                out[n] = self.predict(n)
+                below = n
+                continue
+            bound = out[below] + one * (prior[n] - prior[below])
+            nxt = next((m for m in above if m > n), None)
+            out[n] = bound if nxt is None else min(bound, self.predict(nxt))
+        out[0] = out[1]
         return out
 
 
+# Drafting pays only if its batches cost what the curve says. Timings on a shared core are
+# noisy, and a curve measured at one moment can be 25% off at another (docs/design.md),
+# which on novel text (chat) decides whether a short draft pays. So every verified draft's
+# batch time is compared with the curve's prediction for it, per drafter family, and a
+# family whose batches run dear is charged that much more. Decayed at every step, drafting
+# or not; the prior counts as this many steps that took as long as predicted.
+REALIZED_DECAY = 0.97
+REALIZED_PRIOR = 2.0
+
+
+def family(key: str) -> str:
+    """The drafter a kind of draft comes from ("lookup" for "lookup/n4/c")."""
+    return key.split("/", 1)[0]
+
+
 class DraftController:
-    """Chooses the draft length each step from learned acceptance and cost."""
+    """Chooses the draft length each step from learned acceptance and cost.
+
+    A draft is verified only if its predicted gain over plain decoding, times its
+    family's realization (the curve's prediction of its recent batches' time against the
+    time they took), beats plain: a drafter whose batches run dear stops drafting where
+    drafting pays only narrowly, and drafts again where the text makes it pay despite
+    that, or once the shortfall has faded from memory.
+    """
 
     def __init__(self, max_k: int = 16, explore_every: int = 32, max_explore_every: int = 1024,
                  min_k: int = 0, probe_share: float = 0.02) -> None:
@@ -226,9 +294,19 @@ class DraftController:
         self.explore_every = explore_every
         self.max_explore_every = max_explore_every
         self.probe_share = probe_share
+        self._realized: dict[str, list[float]] = {}  # family -> [seconds taken, predicted], decayed
         self._declined: dict[str, int] = {}
         self._interval: dict[str, int] = {}  # declined steps between probes, per kind
         self._probing: set[str] = set()
+
+    def realization(self, key: str) -> float:
+        """The time this family's recent batches were predicted to take, as a share of the
+        time they took (1: as predicted; below 1: drafting costs more than the curve says)."""
+        r = self._realized.get(family(key))
+        if r is None or not self.cost.calibrated:
+            return 1.0
+        w = REALIZED_PRIOR * self.cost.predict(1)  # steps that took as long as predicted
+        return (r[1] + w) / (r[0] + w)
 
     def _step_costs(self, k_max: int, draft_seconds: float, per_token_seconds: float) -> np.ndarray:
         """Seconds of a step drafting j = 0..k_max tokens: the verification batch of
@@ -245,10 +323,12 @@ class DraftController:
         drafted token, to draft). `probe_seconds`: what asking it costs after a pause.
         `explore` False: never probe (the caller learns a declined kind otherwise)."""
         k_max = min(available, self.max_k)
-        if k_max <= 0:
+        if k_max <= 0 or not self.cost.calibrated:  # one token's cost first: every price is relative to it
             return 0
         e = self.acceptance.expected_tokens(key, k_max)
-        k = int(np.argmax(e / self._step_costs(k_max, draft_seconds, per_token_seconds)))
+        gain = e / self._step_costs(k_max, draft_seconds, per_token_seconds)
+        gain[1:] *= self.realization(key)
+        k = int(np.argmax(gain))
         if k < self.min_k:
             return min(self.min_k, k_max)
         if k == 0 and explore:
@@ -270,16 +350,31 @@ class DraftController:
     def expected_gain(self, key: str, available: int, per_token_seconds: float = 0.0) -> float:
         """Best predicted speed-up over plain decoding for a proposal of this kind."""
         k_max = min(available, self.max_k)
-        if k_max <= 0:
+        if k_max <= 0 or not self.cost.calibrated:
             return 1.0
         e = self.acceptance.expected_tokens(key, k_max)
         c = self._step_costs(k_max, 0.0, per_token_seconds)
-        return float(np.max(e / c) * c[0])
+        gain = e / c * c[0]
+        gain[1:] *= self.realization(key)
+        return float(np.max(gain))
 
     def record(self, key: str, k: int, n_accepted: int, n_evaluated: int, seconds: float) -> None:
+        self._realize(key, k, n_evaluated, seconds)
         self.acceptance.record(key, k, n_accepted)
         self.cost.observe(n_evaluated, seconds)
         self._probed(key, n_accepted > 0)
+
+    def _realize(self, key: str, k: int, n_evaluated: int, seconds: float) -> None:
+        """Add a verified draft's batch time and its prediction (before the step refines the
+        curve) to its family's; every family's fade."""
+        for r in self._realized.values():
+            r[0] *= REALIZED_DECAY
+            r[1] *= REALIZED_DECAY
+        if k <= 0 or not self.cost.calibrated or seconds <= 0:
+            return
+        r = self._realized.setdefault(family(key), [0.0, 0.0])
+        r[0] += seconds
+        r[1] += float(self.cost.costs()[n_evaluated])
 
     def record_nothing(self, key: str) -> None:
         """A model drafter was asked and proposed nothing (it was unsure): as

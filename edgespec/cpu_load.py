@@ -34,21 +34,30 @@ class _Sample:
     us: float
 
 
-def _sample() -> _Sample:
+def _sample(own: tuple[int, ...] = ()) -> _Sample:
     t = psutil.cpu_times()
     p = psutil.Process().cpu_times()
     # steal: time this VM's cores wanted to run and the hypervisor gave to another guest
     busy = t.user + t.system + getattr(t, "nice", 0.0) + getattr(t, "irq", 0.0) \
         + getattr(t, "softirq", 0.0) + getattr(t, "steal", 0.0)
-    return _Sample(time.perf_counter(), busy, p.user + p.system + p.children_user + p.children_system)
+    us = p.user + p.system + p.children_user + p.children_system
+    for pid in own:
+        try:
+            c = psutil.Process(pid).cpu_times()
+            us += c.user + c.system
+        except psutil.Error:  # it ended: what it used since counts as others'
+            pass
+    return _Sample(time.perf_counter(), busy, us)
 
 
 class OtherLoad:
     """Started at creation: `cores()` is the average number of cores other processes
-    (not this one nor its children) kept busy since."""
+    (not this one, its reaped children, nor the running processes `own` names, such as
+    the bench's llama-server peers) kept busy since."""
 
-    def __init__(self) -> None:
-        self._start = _sample()
+    def __init__(self, own: tuple[int, ...] = ()) -> None:
+        self._own = tuple(own)
+        self._start = _sample(self._own)
 
     def seconds(self) -> float:
         """Wall time since the start: no system call, so cheap enough for every step."""
@@ -56,7 +65,7 @@ class OtherLoad:
 
     def cores(self) -> float | None:
         """None for spans under MIN_SECONDS: too short to measure."""
-        return _others(self._start, _sample())
+        return _others(self._start, _sample(self._own))
 
 
 def _others(start: _Sample, now: _Sample) -> float | None:

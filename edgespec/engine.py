@@ -28,13 +28,6 @@ from .sequence import common_prefix
 from .stats import GenerationStats
 from .verifier import SamplingParams, sample, verify_greedy, verify_sampling
 
-# A curve that drifted is timed again only once decoding since the last timing took
-# 1 / RETIME_SHARE times as long as that timing did. A load that comes and goes (another
-# program on the cores) drifts every curve it times: re-timed whenever it drifted, a
-# 10-turn chat with Qwen2.5-Coder-1.5B on 2 loaded cores spent 74-104 s of 91-121 s timing.
-RETIME_SHARE = 0.05
-
-
 class Engine:
     """One target backend, one drafter (or none), one conversation's KV cache."""
 
@@ -58,8 +51,6 @@ class Engine:
         self.last_stats = GenerationStats()
         self._lock = threading.Lock()  # one generation at a time per backend
         self._seeded = False  # the controller has read what earlier processes learned of each kind
-        self._timing_s = 0.0  # what timing the cost curve took, at most, in this process
-        self._decoded_s = 0.0  # decoding time since then
         # each model drafter's drafted-token count and seconds over generations that ran on
         # quiet cores: a drafter's own counters keep its whole life, loaded stretches too
         self._quiet_steps: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -81,6 +72,9 @@ class Engine:
                   fresh: bool = False, save: bool = True) -> dict[int, float]:
         """Time batches of every size up to max_draft + 1 on the backend, then undo them.
 
+        Generation never calls this (it learns the curve from the batches it runs: see
+        `_prepare_curve`); a benchmark or a memory profile does, to start from every size.
+
         Cheap drafts are only worth verifying if a k-token batch costs little more
         than one token; this measures it on the real kernels of this machine. The
         curve is not smooth (llama.cpp picks kernels by batch size: on one CPU
@@ -101,7 +95,9 @@ class Engine:
                                             for n in sizes or range(1, self.max_draft + 2)})
             return self.controller.cost.measured
         key = b.cost_key()
-        cached = sizes is None and not fresh and calibration.load(key, self.controller.cost)
+        # a cached curve decoding learned may lack sizes it never ran: those are timed too
+        cached = sizes is None and not fresh and calibration.load(key, self.controller.cost) \
+            and self.controller.cost.complete
         if cached:
             self._curve_borrowed = False
         if cached and not warm:
@@ -132,6 +128,37 @@ class Engine:
         if load is not None and not self._contended(load.cores()):
             calibration.save(key, self.controller.cost)
         return self.controller.cost.measured
+
+    def _prepare_curve(self) -> None:
+        """Before a generation, without timing anything: the curve earlier runs on this
+        machine learned, else what this process measured so far (decoding adds each size
+        it runs; the controller prices the others pessimistically). A curve that drifted
+        keeps the sizes decoding measured lately and learns the rest again."""
+        b, cost = self.backend, self.controller.cost
+        if b.simulated_seconds(1, b.n_past) is not None:  # simulated hardware: known, not timed
+            if not cost.calibrated:
+                self.calibrate()
+            return
+        if cost.calibrated and cost.drifted():
+            cost.relearn()
+        elif not cost.calibrated and not self._curve_borrowed:
+            try:
+                calibration.load(b.cost_key(), cost)
+            except OSError:  # the model file went away: nothing to key a curve by
+                pass
+
+    def _keep_curve(self) -> None:
+        """After a generation on quiet cores: keep the curve as decoding refined it, for the
+        next process (a curve that drifted keeps only what decoding measured lately)."""
+        cost = self.controller.cost
+        if cost.drifted():
+            cost.relearn()
+        if not cost.calibrated or self._curve_borrowed or self.backend.simulated_seconds(1, 0) is not None:
+            return
+        try:
+            calibration.save(self.backend.cost_key(), cost)
+        except OSError:  # the model file went away: nothing to key it by
+            pass
 
     def _keep_drafter_steps(self, before: dict) -> None:
         """Add this generation's drafted tokens and their seconds (each model drafter's
@@ -249,18 +276,8 @@ class Engine:
         st.prefill_s = time.perf_counter() - t_start
         if self._window is not None:
             self._watch_threads()  # a prompt read slowly beside a new load: before anything is timed
-        cost = self.controller.cost
-        if self._calibrate and (not cost.calibrated or (cost.drifted()
-                                                        and self._decoded_s * RETIME_SHARE >= self._timing_s)):
-            t0 = time.perf_counter()
-            fresh = cost.calibrated  # drifted: what was cached is what drifted
-            cost.reset()
-            self.calibrate(fresh=fresh, save=False)  # kept at the end, if the run was not contended
-            took = time.perf_counter() - t0
-            st.prefill_s += took  # start-up cost, not decoding speed
-            # the dearest timing so far prices the next: one timed while the cores were free
-            # says little of what re-timing costs when they are not
-            self._timing_s, self._decoded_s = max(self._timing_s, took), 0.0
+        if self._calibrate:
+            self._prepare_curve()
 
         history = list(prompt)
         drafter = self.drafter
@@ -291,6 +308,8 @@ class Engine:
                         break
                     history.append(t)
                     st.generated_tokens += 1
+                    if st.first_token_s is None:
+                        st.first_token_s = time.perf_counter() - t_start
                     yield t
                     if st.generated_tokens >= max_tokens:
                         stop = True
@@ -372,25 +391,13 @@ class Engine:
                 # no thread is started for an abandoned generator: it may be collected while the
                 # interpreter exits, when a thread's start never returns
                 self._window, self._idle = None, RecentLoad() if ended else None
-            self._decoded_s += st.total_s - st.prefill_s
             # timed while other processes took the cores: the timings describe that load,
             # so neither a drafter's step cost nor the cost curve (kept or forgotten) is cached
             quiet = steady and not self._contended(st.other_cores)
             if quiet:
                 self._keep_drafter_steps(steps_before)
-            if (self._calibrate and ctl.cost.calibrated and b.simulated_seconds(1, 0) is None and quiet
-                    and not self._curve_borrowed):
-                # keep the curve as decoding refined it: one calibration under a passing load
-                # would otherwise price every later plan and run on this machine; a curve
-                # that drifted is refined only where decoding went, so it is forgotten
-                # and the next run times every size again
-                try:
-                    if ctl.cost.drifted():
-                        calibration.forget(b.cost_key())
-                    else:
-                        calibration.save(b.cost_key(), ctl.cost)
-                except OSError:  # the model file went away: nothing to key it by
-                    pass
+            if self._calibrate and quiet:
+                self._keep_curve()
             counts = ctl.acceptance.take_counts()
             if params.greedy and target_path is not None:  # sampled acceptance depends on the temperature
                 calibration.save_acceptance(target_path, model_drafters(drafter), st.by_key)

@@ -16,6 +16,7 @@ class GenerationStats:
     position_tried: list[int] = field(default_factory=list)
     position_accepted: list[int] = field(default_factory=list)
     prefill_s: float = 0.0
+    first_token_s: float | None = None  # start to the first generated token (None: none was generated)
     verify_s: float = 0.0  # backend time of the decode steps
     draft_s: float = 0.0
     drafter_model_s: float = 0.0  # of draft_s: a model drafter's own evaluations

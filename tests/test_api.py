@@ -78,9 +78,7 @@ def test_generation_stops_cleanly_when_the_context_fills():
 
 def test_stats_report_speed_and_acceptance_per_position():
     llm = EdgeSpec(ScriptedBackend("ab" * 60), drafter="lookup")
-    llm.engine.controller.cost.observe(1, 1.0)  # pretend verification of any batch costs one token
-    for n in range(2, 18):
-        llm.engine.controller.cost.observe(n, 1.0)
+    llm.engine.controller.cost.set_timed({n: 1.0 for n in range(1, 18)})  # any batch costs one token
     st = llm.generate("x", max_tokens=120).stats
     assert st.generated_tokens == 120
     assert st.drafted > 0 and st.acceptance_rate > 0.8

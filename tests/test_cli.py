@@ -70,6 +70,8 @@ def test_the_held_out_prompts_load_as_a_bench_workload():
     assert Counter(r["category"] for r in rows) == {"code": 6, "summarize": 6, "chat": 6}
     shipped = {json.dumps(r["messages"]) for r in load_prompts(None)}
     assert not shipped & {json.dumps(r["messages"]) for r in rows}  # none of them tuned on
+    assert load_prompts(Path("heldout")) == rows  # named, as `edgespec bench --prompts heldout`
+    assert len(load_prompts(Path("all"))) == len(rows) + len(load_prompts(None))
 
 
 @pytest.mark.real_model
@@ -133,9 +135,11 @@ def test_bench_replays_text_only_drafters_on_plains_own_output(smollm2_path, tmp
     assert r.returncode == 0, r.stderr
     rows = {(row["drafter"], row["category"]): row for row in json.loads(out.read_text())}
     replayed, oracle = rows[("replay:lookup", "code")], rows[("oracle:lookup", "code")]
-    assert replayed["acceptance_rate"] > 0 and 0 < replayed["ratio_to_plain"] <= oracle["ratio_to_plain"] * 1.01
+    # the oracle picks each step's best length on its own, on a timed curve that need not be
+    # monotone: a real controller can edge past it, never far
+    assert replayed["acceptance_rate"] > 0 and 0 < replayed["ratio_to_plain"] <= oracle["ratio_to_plain"] * 1.1
     assert ("replay:auto", "code") not in rows  # auto's recycling reads logits a replay does not have
-    # priced at the curve decoding refined, which the bench prints and the rows keep
+    # priced at the curve timed after the runs, which the bench prints and the rows keep
     assert "oracle and replay rows priced at" in r.stderr
     assert replayed["batch_costs_ms"] == oracle["batch_costs_ms"] and replayed["batch_costs_ms"][0] > 0
     assert "other processes kept" in r.stderr  # how busy the cores were while it timed
@@ -149,3 +153,44 @@ def test_bench_replays_text_only_drafters_on_plains_own_output(smollm2_path, tmp
 def test_bench_refuses_a_temperature_where_it_cannot_measure_one():
     assert_one_line_error(edgespec("bench", "-m", "smollm2-135m", "--temperature", "0.7", "--uag"),
                           "--temperature is measured on the CPU rows only")
+
+
+@pytest.mark.real_model
+def test_bench_sets_edgespec_against_llama_servers_own_speculation(smollm2_path, tmp_path):
+    """`--peers llama-server` runs llama.cpp's server (built by ./install.sh --dev from the same
+    source) plain and with each of its n-gram speculation types on the same prompt ids, and
+    every edgespec row says how its gain compares with the best of them."""
+    import os
+
+    from edgespec import llama_server
+
+    if llama_server.binary() is None:
+        why = "no llama-server built here (./install.sh --dev builds it)"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the llama-server peer: {why}")
+        pytest.skip(why)
+    out = tmp_path / "rows.json"
+    r = edgespec("bench", "-m", str(smollm2_path), "--drafters", "lookup", "--no-peer", "--peers", "llama-server",
+                 "-n", "32", "--limit", "1", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    rows = {(row["drafter"], row["category"]): row for row in json.loads(out.read_text())}
+    for name in ["llama-server", *(f"llama-server:{t}" for t in llama_server.SPEC_TYPES)]:
+        assert rows[(name, "all")]["tokens"] > 0, name
+    own_plain, mod = rows[("llama-server", "all")], rows[("llama-server:ngram-mod", "all")]
+    # each speculation type is compared with llama-server's own plain decoding
+    assert mod["ratio_to_plain"] == pytest.approx(mod["tokens_per_s"] / own_plain["tokens_per_s"], abs=0.002)
+    # greedy on the same ids: llama-server's plain writes plain's text, near-ties aside
+    assert rows[("llama-server", "all")]["identical_to_plain"] is None
+    best = max(rows[(f"llama-server:{t}", "code")]["ratio_to_plain"] for t in llama_server.SPEC_TYPES)
+    lookup = rows[("lookup", "code")]
+    assert lookup["x_best_peer"] == pytest.approx(lookup["ratio_to_plain"] / best, abs=0.002)
+    assert "x best peer" in r.stdout
+    # the servers' decoding is the bench's own work, not another program's load on its cores
+    assert own_plain["other_cores"] is None or own_plain["other_cores"] < 0.9
+    assert not [p for p in psutil_children_named("llama-server")]  # every server was stopped
+
+
+def psutil_children_named(name):
+    import psutil
+
+    return [p for p in psutil.process_iter(["name"]) if p.info["name"] == name]

@@ -72,9 +72,9 @@ def test_a_load_contends_only_when_it_takes_cores_the_threads_wanted():
     assert not contends(0.65, threads=cores - 1) or cores == 1  # a spare core took it
 
 
-def test_a_curve_timed_while_other_programs_took_the_cores_is_not_cached(tmp_path, monkeypatch):
-    """The cost curve is cached to price later runs on this machine: timed beside a load,
-    it would describe the load. A later run, once the load is gone, times it and caches it."""
+def test_a_curve_learned_while_other_programs_took_the_cores_is_not_cached(tmp_path, monkeypatch):
+    """The cost curve is cached to price later runs on this machine: learned beside a load,
+    it would describe the load. A later run, once the load is gone, learns it and caches it."""
     import tiny_gguf
 
     from edgespec import calibration
@@ -99,12 +99,12 @@ def test_a_curve_timed_while_other_programs_took_the_cores_is_not_cached(tmp_pat
             list(engine.generate(prompt, 64))
         finally:
             stop(busy)
-        assert controller.cost.calibrated  # it was timed, under the load
+        assert controller.cost.calibrated  # it was learned, under the load
         assert contends(engine.last_stats.other_cores, cores)
         assert not calibration.load(b.cost_key(), calibration.CostModel(max_n=3))  # and not cached
 
         for _ in range(10):  # the kernel's own bursts (writing back files) count as others: wait them out
-            controller = DraftController(max_k=2)  # a later run, on quiet cores: it times the curve again
+            controller = DraftController(max_k=2)  # a later run, on quiet cores: it learns the curve again
             engine = Engine(b, make_drafter("lookup", b.n_vocab, controller), controller=controller)
             list(engine.generate(prompt, 64))
             if not contends(engine.last_stats.other_cores, cores):

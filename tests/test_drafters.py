@@ -126,8 +126,7 @@ class Fixed(Drafter):
 def trained_controller(accepts):
     """Verification of n tokens costs 1 + 0.1 (n - 1); each key accepted as given."""
     c = DraftController(max_k=8)
-    for n in range(1, 10):
-        c.cost.observe(n, 1.0 + 0.1 * (n - 1))
+    c.cost.set_timed({n: 1.0 + 0.1 * (n - 1) for n in range(1, 10)})
     for key, (k, n) in accepts.items():
         for _ in range(30):
             c.record(key, k, n, k + 1, 1.0 + 0.1 * k)

@@ -108,3 +108,28 @@ def test_ctrl_c_that_a_native_module_turned_into_its_own_error_still_reads_inter
 
     with pytest.raises(ImportError):  # without Ctrl-C behind it, an error stays what it is
         a_real_bug()
+
+
+@pytest.mark.real_model
+def test_ctrl_c_during_a_bench_with_llama_server_stops_every_server(smollm2_path):
+    import psutil
+
+    from edgespec import llama_server
+
+    if llama_server.binary() is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must run the llama-server peer: ./install.sh --dev builds it")
+        pytest.skip("no llama-server built here")
+    p = subprocess.Popen([sys.executable, "-m", "edgespec", "bench", "-m", str(smollm2_path), "--drafters", "lookup",
+                          "--no-peer", "--peers", "llama-server", "-n", "64"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    bench = psutil.Process(p.pid)
+
+    def servers():
+        return [c for c in bench.children(recursive=True) if c.name() == "llama-server"]
+
+    interrupt_when(p, lambda: len(servers()) >= 3)  # some started, others starting
+    started = servers()
+    assert_interrupted(p)
+    gone, alive = psutil.wait_procs(started, timeout=5)
+    assert not alive

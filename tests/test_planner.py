@@ -298,15 +298,15 @@ def test_a_drafters_step_is_kept_per_machine_and_found_by_model_file(tmp_path, m
         return f"{calibration.model_prefix(path)}{threads}|512|False|f16|read|0.3.36|AVX2 = 1|cpu|{platform.node()}|CPU|0"
 
     cost = calibration.CostModel(max_n=5)
-    for n, s in {1: 0.100, 2: 0.180, 4: 0.280}.items():
-        cost.observe(n, s)
+    cost.set_timed({1: 0.100, 2: 0.180, 4: 0.280})
     calibration.save(key(target, 2), cost)
     small = SimpleNamespace(backend=SimpleNamespace(cost_key=lambda: key(drafter, 2)))
     calibration.save_drafter_steps([(small, (3, 0.03))])  # too few steps to trust
     assert measured_costs(target, {"small": drafter}, 4)[1] == {}
     calibration.save_drafter_steps([(small, (40, 40 * 0.044))])
     batch, steps = measured_costs(target, {"small": drafter}, 4)
-    assert batch[1:] == pytest.approx([0.100, 0.180, 0.230, 0.280, 0.330])  # interpolated, then extrapolated
+    # sizes never measured are priced pessimistically from the measured size below (controller.prior_units)
+    assert batch[1:] == pytest.approx([0.100, 0.180, 0.245, 0.280, 0.345])
     assert steps == {"small": pytest.approx(0.44)}
 
 
