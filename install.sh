@@ -206,6 +206,7 @@ fi
 if [ -n "$extras" ] && ! "$PYTHON" -c 'import torch' 2>/dev/null; then
     # pinned: an unpinned torch resolves to a multi-GB CUDA build; 2.13.0 is the CPU
     # build where a local wheel of it exists (as on the project's machines)
+    echo "edgespec: installing torch for the export tools (1-3 minutes)"
     "$PYTHON" -m pip install "torch==2.13.0"
 fi
 
@@ -219,4 +220,5 @@ if [ -n "$extras" ] && ! command -v Xvfb >/dev/null 2>&1; then
 fi
 
 # edgespec itself, with llama-cpp-python's own dependencies (the pin above is already met)
+echo "edgespec: installing edgespec and its Python dependencies (about a minute)"
 "$PYTHON" -m pip install -e "$here$extras"

@@ -19,6 +19,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .backend import Backend
 from .controller import DraftController
+from .deadline import DeadlineExceeded, within
 from .drafters import drafter_backends, make_drafter
 from .engine import Engine
 from .errors import ContextOverflowError, EdgespecError
@@ -26,6 +27,8 @@ from .footprint import peak_rss, process_rss
 from .planner import Plan, make_plan, named_drafters
 from .stats import GenerationStats
 from .verifier import SamplingParams
+
+TEMPLATE_BUDGET_S = 1.0  # a chat template renders in milliseconds; past this it is a loop bomb
 
 Message = dict  # {"role": "user" | "assistant" | "system", "content": str}
 
@@ -132,7 +135,7 @@ class EdgeSpec:
             if device != "cpu" or ep_options:  # the drafter model runs where the target runs
                 opts = {**opts, "device": device, "ep_options": ep_options}
             self.backend = open_backend(path, n_ctx=n_ctx, threads=threads, **opts)
-        if getattr(self.backend, "vocab_map", None) is not None:
+        if self.backend.vocab_map is not None:
             self.backend.close()
             raise EdgespecError(f"{model} has a trimmed vocabulary (VocabTrim): it can draft, not be the target")
         self.model_name = model if isinstance(model, str) else self.backend.name
@@ -158,15 +161,17 @@ class EdgeSpec:
     def apply_chat_template(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
         """Render messages with the model's own chat template (Jinja, as in transformers)."""
         tok = self.tokenizer
+        template = self._chat_template()
+        values = dict(messages=list(messages), add_generation_prompt=add_generation_prompt,
+                      bos_token=tok.token_text(tok.bos_id) if tok.bos_id is not None else "",
+                      eos_token=tok.token_text(tok.eos_id) if tok.eos_id is not None else "")
         try:
-            return self._chat_template().render(
-                messages=list(messages),
-                add_generation_prompt=add_generation_prompt,
-                bos_token=tok.token_text(tok.bos_id) if tok.bos_id is not None else "",
-                eos_token=tok.token_text(tok.eos_id) if tok.eos_id is not None else "",
-            )
+            return within(TEMPLATE_BUDGET_S, lambda: template.render(**values))
         except TemplateError as e:
             raise EdgespecError(f"chat template error: {e}") from None
+        except DeadlineExceeded:
+            raise EdgespecError(f"the model's chat template renders for over {TEMPLATE_BUDGET_S:g} s "
+                                "on these messages") from None
 
     def _chat_template(self):
         # compiled once: a chat renders it every turn, and compiling each time costs

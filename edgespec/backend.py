@@ -7,6 +7,7 @@ numpy model) implements this; the engine and the drafters see nothing else.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -60,6 +61,12 @@ class Backend(ABC):
     tokenizer: Tokenizer
     n_ctx: int
     device: str = "CPU"  # what it runs on, for people: "CPU", or the GPU's name
+    n_threads: int | None = None  # CPU threads it computes on (None: not a CPU thread pool)
+    path: Path | None = None  # the model file: what learned acceptance is kept under (None: in memory)
+    # a VocabTrim'd drafter: row i of its logits is token vocab_map[i] of the full vocabulary;
+    # inputs_trimmed: its input embedding was cut too, so it reads only kept ids
+    vocab_map: np.ndarray | None = None
+    inputs_trimmed: bool = False
     notice: str | None = None  # one line when the device asked for was not available
 
     @property
@@ -102,6 +109,11 @@ class Backend(ABC):
         tokens after n_past would take there. The controller then plans draft lengths
         from that hardware's costs, not from this machine's clock. None: real time."""
         return None
+
+    @property
+    def simulated(self) -> bool:
+        """Its costs are a simulation's: known, never timed on this machine, never cached."""
+        return self.simulated_seconds(1, 0) is not None
 
     def set_threads(self, n: int) -> bool:
         """Compute on n CPU threads from now on. False where the count is fixed (a GPU,

@@ -142,12 +142,13 @@ class _Edgespec:
     def run(self, ids: list[int], max_tokens: int) -> Run:
         self.llm.reset()
         d = self.llm.drafter
-        before = getattr(d, "steps", 0), getattr(d, "step_s", 0.0)
+        before = (d.steps, d.step_s) if d is not None else (0, 0.0)
         toks, dt = _timed(self.llm.engine.generate(ids, max_tokens, self.params))
         st = self.llm.last_stats
+        after = (d.steps, d.step_s) if d is not None else (0, 0.0)
         return Run(toks, dt, st.drafted, st.accepted, st.overhead_ms_per_token, st.steps,
-                   list(zip(st.position_tried, st.position_accepted)), getattr(d, "steps", 0) - before[0],
-                   getattr(d, "step_s", 0.0) - before[1], {k: list(v) for k, v in st.by_key.items()})
+                   list(zip(st.position_tried, st.position_accepted)), after[0] - before[0],
+                   after[1] - before[1], {k: list(v) for k, v in st.by_key.items()})
 
 
 class _Peer:
@@ -265,6 +266,7 @@ def _run_bench(
     others = [d for d in (devices or ["cpu"]) if d != "cpu"]
     _init_backend(others[0] if others else "cpu")  # before anything starts llama.cpp's devices
     on_device: dict[str, _Edgespec] = {}
+    on_onnx: dict[str, _Edgespec] = {}
     with console.status(f"loading {model} for {2 + len(drafters)} methods…"):
         es = {d: _Edgespec(path, d, ctx, threads, max_draft, draft_min=draft_min, params=params) for d in drafters}
         tmpl = next(iter(es.values())).llm if es else _Edgespec(path, "none", ctx, threads, max_draft, params=params).llm
@@ -279,6 +281,7 @@ def _run_bench(
                 o = _Edgespec(resolve(onnx), d, ctx, threads, max_draft, draft_min=draft_min, params=params)
                 if o.llm.tokenizer.n_vocab != tmpl.tokenizer.n_vocab:
                     raise EdgespecError(f"{onnx} has another vocabulary than {model}: export the same model")
+                on_onnx[f"onnx:{'plain' if d == 'none' else d}"] = o
                 methods[f"onnx:{'plain' if d == 'none' else d}"] = o.run
     if peers:
         from .runtimes import model_file
@@ -354,7 +357,7 @@ def _run_bench(
     cats = list(dict.fromkeys(c for c, _ in encoded))
     # the oracle replays each prompt's plain output once: [plain, oracle] time per category
     oracle: dict[str, list[float]] = {}
-    _print_curves(es, on_device, others, console)
+    _print_curves(es, {**on_device, **on_onnx}, [*others, *(["onnx"] if on_onnx else [])], console)
     if es:
         from .oracle import lookup_oracle_time
 
@@ -436,9 +439,10 @@ def _run_bench(
 
 
 def _print_curves(es: dict, on_device: dict, others: list[str], console: Console) -> None:
-    """Every batch size timed once more after the runs, on the first engine of each device:
-    what the oracle and replay rows are priced at (decoding measures only the sizes it
-    runs). Nothing is cached: the engines' own curves are what decoding learned."""
+    """Every batch size timed once more after the runs, on the first engine of each device
+    and runtime (llama.cpp, ONNX Runtime): what the oracle and replay rows are priced at
+    (decoding measures only the sizes it runs). Nothing is cached: the engines' own
+    curves are what decoding learned."""
     curves = [("", next(iter(es.values())))] if es else []
     for dev in others:
         g = next((g for n, g in on_device.items() if n.startswith(dev + ":") and not n.endswith(":plain")), None)
@@ -462,7 +466,8 @@ def _against_best_peer(rows: list[dict]) -> None:
             best[r["category"]] = max(best.get(r["category"], 0.0), r["ratio_to_plain"])
     for r in rows:
         name = r["drafter"]
-        mine = r["ratio_to_plain"] and name not in (PLAIN, PEER) and not name.startswith((NAME, "hf:", ORACLE))
+        # measured edgespec rows only: a replay or the oracle is priced, not run against the peer
+        mine = r["ratio_to_plain"] and name not in (PLAIN, PEER) and not name.startswith((NAME, "hf:", ORACLE, REPLAY))
         if mine and r["category"] in best:
             r["x_best_peer"] = round(r["ratio_to_plain"] / best[r["category"]], 3)
 

@@ -20,6 +20,7 @@ import numpy as np
 import platformdirs
 
 from .controller import CostModel, acceptance_counts
+from .files import write_json
 
 
 # curves written before the median-of-three calibration and the shared speed factor
@@ -91,7 +92,7 @@ def save_acceptance(target: str | os.PathLike, drafters: Iterable, by_key: dict[
     the pair next time instead of its prior."""
     for d in drafters:
         drafted, accepted = by_key.get(d.model_key or "", (0, 0))
-        path = getattr(d.backend, "path", None)
+        path = d.backend.path
         if drafted < MIN_STEPS or path is None:
             continue
         try:
@@ -120,7 +121,7 @@ def _stored_names(drafters: Iterable) -> dict[str, str]:
     """A model drafter's kind ("model", "xvocab") is kept per drafter model file: what one
     drafter model learned says nothing of another's."""
     return {d.model_key: f"{d.model_key}|{model_prefix(d.backend.path)}"
-            for d in drafters if d.model_key and getattr(d.backend, "path", None) is not None}
+            for d in drafters if d.model_key and d.backend.path is not None}
 
 
 def save_kinds(target: str | os.PathLike, drafters: Iterable, counts: dict[str, list]) -> None:
@@ -208,8 +209,7 @@ def load(key: str | None, cost: CostModel) -> bool:
 def plausible(seconds: dict[int, float]) -> bool:
     """A batch costs at least about what one token does (the weights are read once
     either way): a curve with a batch under half of that was timed while something
-    else took the cores (seen here: a re-timing during 13 minutes of contention cached
-    6 tokens at 0.29x one token, and the next run drafted by it)."""
+    else took the cores, and drafting by it would lose."""
     one = seconds.get(1)
     return bool(one) and all(s >= 0.5 * one for s in seconds.values())
 
@@ -233,11 +233,4 @@ def _write(key: str, seconds: dict[int, float]) -> None:
 
 
 def _write_json(key: str, data: dict) -> None:
-    p = _path(key)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        tmp.replace(p)
-    except OSError:
-        pass  # measured again next time
+    write_json(_path(key), data)  # when the cache is not writable: measured again next time

@@ -64,6 +64,11 @@ def user_errors(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except EdgespecError as e:
             _fail(str(e))
+        except OSError as e:  # an unwritable cache, a full disk: the system's reason and the path
+            if _caused_by_interrupt(e):
+                err.print("interrupted")
+                raise typer.Exit(130) from None
+            _fail(f"{e.filename}: {e.strerror or e}" if e.filename else str(e.strerror or e))
         except KeyboardInterrupt:
             err.print("interrupted")
             raise typer.Exit(130)
@@ -268,7 +273,10 @@ def bench(
                                            "or a shipped set: shipped (the default), heldout, all."),
     drafters: str = typer.Option("lookup,ngram,recycle,auto", "--drafters", help="Comma-separated edgespec drafters."),
     max_tokens: int = typer.Option(256, "--max-tokens", "-n", min=1),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the rows as a JSON list here."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the run here: its rows, the machine "
+                                             "and the command (what the docs' tables are generated from)."),
+    markdown: Optional[Path] = typer.Option(None, "--markdown", help="Print the tables of a run written by --json "
+                                            "as markdown, and run nothing."),
     ctx: int = CtxOpt,
     threads: Optional[int] = ThreadsOpt,
     max_draft: int = MaxDraftOpt,
@@ -298,13 +306,20 @@ def bench(
     """Plain llama.cpp, its prompt lookup and edgespec's drafters, side by side in one run.
 
     Example: edgespec bench -m qwen2.5-coder-1.5b --drafters lookup,auto --peers llama-server -n 256 --json bench.json
-    (add --onnx FOLDER to run an `edgespec export` of the model on ONNX Runtime beside llama.cpp;
+    (edgespec bench --markdown bench.json then prints its table;
+    add --onnx FOLDER to run an `edgespec export` of the model on ONNX Runtime beside llama.cpp;
     --backend fpga-sim prices every call on a simulated KV260 FPGA instead of timing this CPU;
     --device cpu,gpu measures llama.cpp's Vulkan GPU beside the CPU;
     --device-profile adreno-750,apple-m3 projects phone and laptop GPUs)
     """
     from .bench import load_prompts, print_rows, run_bench
+    from .bench_record import record
 
+    if markdown is not None:
+        from .bench_record import markdown as tables
+
+        print(tables(json.loads(markdown.read_text())), end="")
+        return
     names = [d.strip() for d in drafters.split(",") if d.strip()]
     if temperature > 0 and (device_profile or backend != "cpu" or uag):
         _fail("--temperature is measured on the CPU rows only (not with --device-profile, --backend fpga-sim or --uag)")
@@ -319,7 +334,7 @@ def bench(
                               [p.strip() for p in device_profile.split(",") if p.strip()], err, budget)
         print_projection(rows, out)
         if json_path:
-            json_path.write_text(json.dumps(rows, indent=2))
+            json_path.write_text(json.dumps(record(rows, model), indent=2))
         return
     if backend == "fpga-sim":
         from .fpga_bench import print_fpga_rows, run_fpga_bench
@@ -327,7 +342,7 @@ def bench(
         rows = run_fpga_bench(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft, err)
         print_fpga_rows(rows, out)
         if json_path:
-            json_path.write_text(json.dumps(rows, indent=2))
+            json_path.write_text(json.dumps(record(rows, model), indent=2))
         return
     if backend != "cpu":
         raise EdgespecError(f"unknown --backend {backend!r}: cpu or fpga-sim")
@@ -343,7 +358,7 @@ def bench(
                      peers=[p.strip() for p in peers.split(",") if p.strip()])
     print_rows(rows, out)
     if json_path:
-        json_path.write_text(json.dumps(rows, indent=2))
+        json_path.write_text(json.dumps(record(rows, model), indent=2))
         err.print(f"[dim]wrote {json_path}[/]")
 
 
@@ -422,6 +437,10 @@ def serve(
     max_queue: int = typer.Option(8, "--max-queue", min=1, help="Requests that may wait behind the running one."),
     max_tokens_limit: int = typer.Option(4096, "--max-tokens-limit", min=1, help="Largest max_tokens a request may ask."),
     max_body: int = typer.Option(1 << 20, "--max-body", min=1024, help="Largest request body in bytes."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.1, help="Stop a request not answered "
+                                            "within this many seconds (504)."),
+    allowed_host: list[str] = typer.Option([], "--allowed-host", help="Without --api-key, also answer requests "
+                                           "whose Host header names this (repeatable; loopback always)."),
     ctx: int = CtxOpt,
     threads: Optional[int] = FreeThreadsOpt,
     max_draft: int = MaxDraftOpt,
@@ -445,13 +464,14 @@ def serve(
                   "use the model", highlight=False)
     llm = _load(model, drafter, ctx, threads, max_draft, memory_budget, device, ep_option)
     model_id = model if model in MODELS else Path(model).name
-    limits = Limits(max_body_bytes=max_body, max_tokens=max_tokens_limit, max_queue=max_queue)
+    limits = Limits(max_body_bytes=max_body, max_tokens=max_tokens_limit, max_queue=max_queue, timeout_s=timeout)
 
     def ready(url: str) -> None:
         print(f"edgespec serve: {url} (model {model_id}, drafter {llm.drafter_name}); Ctrl-C stops", flush=True)
 
     try:
-        LocalServer(llm, model_id, host, port, limits, api_key, cors_origin or None).run(on_ready=ready)
+        LocalServer(llm, model_id, host, port, limits, api_key, cors_origin or None,
+                    set(allowed_host)).run(on_ready=ready)
     finally:
         llm.close()
 
@@ -463,7 +483,7 @@ def export(
     to: str = typer.Option(..., "--to", help="onnx, gguf, or ternary (packed TLMM weights for the fpga-sim backend)."),
     output: Path = typer.Option(..., "--output", "-o", help="Folder to create for the exported model."),
     quant: Optional[str] = typer.Option(
-        None, "--quant", "-q", help="onnx: fp32 (default), int8 (= int8-dynamic), int8-weight-only, int4 (= int4-b32), int4-b128; gguf: f16 (default), q8_0, q4_k_m, tq2_0, tq1_0 (llama.cpp's ternary types); ternary: b1.58."),
+        None, "--quant", "-q", help="onnx: fp32 (default), int8 (= int8-dynamic), int8-weight-only, int4 (= int4-b32), int4-b128 (int8 compute), int4-f32, int4-b128-f32 (float32 compute: cheaper batches); gguf: f16 (default), q8_0, q4_k_m, tq2_0, tq1_0 (llama.cpp's ternary types); ternary: b1.58."),
     trim_vocab: Optional[int] = typer.Option(None, "--trim-vocab", help="VocabTrim: keep the K most used tokens in the LM head."),
     calib: list[Path] = typer.Option([], "--calib", help="Text file(s) whose tokens the target uses (default: its own generations)."),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Compare with the source on a fixed text."),
@@ -533,7 +553,13 @@ def models_list(json_out: bool = typer.Option(False, "--json")) -> None:
     if json_out:
         print(json.dumps(rows, indent=2))
         return
-    t = Table("name", "size", "cached", "description", "role")
+    # the name is what a user types next: never cut; the prose columns wrap instead
+    t = Table()
+    t.add_column("name", no_wrap=True, min_width=max(len(r["name"]) for r in rows))
+    t.add_column("size", no_wrap=True, justify="right")
+    t.add_column("cached", no_wrap=True)
+    t.add_column("description", overflow="fold")
+    t.add_column("role", overflow="fold")
     for r in rows:
         t.add_row(r["name"], f"{r['size'] / 1e6:,.0f} MB", "yes" if r["cached"] else "-", r["description"], r["role"])
     out.print(t)

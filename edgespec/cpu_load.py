@@ -115,15 +115,11 @@ def contends(cores: float | None, threads: int) -> bool:
     return cores is not None and cores > spare + NOISE_CORES
 
 
-# Others' load measured while this process's threads ran on their cores reads low: the
-# spinning threads keep them from the time they want. On a 2-core VM, programs busy
-# 25/50/75/100% of the time measured 0.14/0.26/0.39/0.68 cores beside 2 threads decoding
-# Qwen2.5-Coder-0.5B and 0.27/0.51/0.76/1.01 beside one thread: about half.
+# Others' load measured while this process's threads ran on their cores reads low, about
+# half: the spinning threads keep them from the time they want (docs/design.md).
 SHARED_READS = 0.5
-# A core is left to others once they want this much of it. Same VM and programs, tokens/s
-# on 2 threads against 1: Qwen2.5-Coder-0.5B 39.2/28.0, 36.1/24.6, 26.1/27.2, 15.8/22.6;
-# Qwen2.5-Coder-1.5B 23.2/14.7, 16.9/16.8, 16.8/17.2, 8.4/16.2. One thread fewer ties from
-# about half a core on and pays from three quarters.
+# A core is left to others once they want this much of it: one thread fewer ties from
+# about half a core on and pays from three quarters (docs/design.md).
 GIVE_UP = 0.75
 
 

@@ -21,7 +21,7 @@ from .backend import Backend
 from .controller import DraftController
 from .cpu_load import MIN_SECONDS, OtherLoad, RecentLoad, contends, fitting_threads
 from .drafters import drafter_backends, model_drafters
-from .drafters.base import EMPTY, Drafter
+from .drafters.base import EMPTY, Draft, Drafter
 from .errors import ContextOverflowError, EdgespecError
 from .hindsight import Hindsight
 from .sequence import common_prefix
@@ -59,7 +59,7 @@ class Engine:
         # with a busy program lose far more than its share
         # (never above the core count: a backend opened with more threads would otherwise be
         # cut at the first decision and reported as crowded out by other programs)
-        opened = getattr(backend, "n_threads", None)
+        opened = backend.n_threads
         self._threads_most: int | None = min(opened, os.cpu_count() or opened) if adapt_threads and opened else None
         self._idle = RecentLoad() if self._threads_most else None  # others' load before the next generation
         self._ran_beside: tuple[float, int] | None = None  # (others' cores, own threads), latest measured
@@ -77,11 +77,9 @@ class Engine:
 
         Cheap drafts are only worth verifying if a k-token batch costs little more
         than one token; this measures it on the real kernels of this machine. The
-        curve is not smooth (llama.cpp picks kernels by batch size: on one CPU
-        here 4 tokens cost 1.75x one token and 3 tokens 2.1x), so every size is
-        timed, `repeats` times in turn, and each size keeps its median: three calibrations
-        in a row that timed each size once put 2 tokens at 1.65x, 1.74x and 2.10x one token
-        on one machine here, enough to move marginal draft lengths.
+        curve is not smooth (llama.cpp picks kernels by batch size), so every size is
+        timed, `repeats` times in turn, and each size keeps its median: one timing of
+        a size varies enough to move marginal draft lengths (docs/design.md).
         Results are cached on disk per model, build and machine; `warm` runs every
         size once even then, so a GPU driver compiles all its pipelines now (what a
         memory profile measures) rather than at a draft's first use; `fresh` times
@@ -90,7 +88,7 @@ class Engine:
         """
         b = self.backend
         base = b.n_past
-        if b.simulated_seconds(1, base) is not None:  # simulated hardware: its costs are known, not timed
+        if b.simulated:  # its costs are known, not timed
             self.controller.cost.set_timed({n: b.simulated_seconds(n, base)
                                             for n in sizes or range(1, self.max_draft + 2)})
             return self.controller.cost.measured
@@ -135,7 +133,7 @@ class Engine:
         it runs; the controller prices the others pessimistically). A curve that drifted
         keeps the sizes decoding measured lately and learns the rest again."""
         b, cost = self.backend, self.controller.cost
-        if b.simulated_seconds(1, b.n_past) is not None:  # simulated hardware: known, not timed
+        if b.simulated:  # its costs are known, not timed
             if not cost.calibrated:
                 self.calibrate()
             return
@@ -153,7 +151,7 @@ class Engine:
         cost = self.controller.cost
         if cost.drifted():
             cost.relearn()
-        if not cost.calibrated or self._curve_borrowed or self.backend.simulated_seconds(1, 0) is not None:
+        if not cost.calibrated or self._curve_borrowed or self.backend.simulated:
             return
         try:
             calibration.save(self.backend.cost_key(), cost)
@@ -165,7 +163,7 @@ class Engine:
         `token_cost` now against `before`) to the quiet total, and cache each drafter's mean:
         what the planner weighs drafters by."""
         for d, (n0, s0) in before.items():
-            n1, s1 = _token_cost(d)
+            n1, s1 = d.token_cost
             n, s = self._quiet_steps.get(d, (0, 0.0))
             self._quiet_steps[d] = (n + n1 - n0, s + s1 - s0)
         calibration.save_drafter_steps((d, self._quiet_steps[d]) for d in before)
@@ -218,7 +216,7 @@ class Engine:
 
     def _contended(self, other_cores: float | None) -> bool:
         """Whether other processes took cores the backend's threads wanted (cpu_load.py)."""
-        return contends(other_cores, getattr(self.backend, "n_threads", None) or os.cpu_count() or 1)
+        return contends(other_cores, self.backend.n_threads or os.cpu_count() or 1)
 
     # -- generation -----------------------------------------------------------
 
@@ -254,68 +252,25 @@ class Engine:
 
     def _generate(self, prompt: list[int], max_tokens: int, params: SamplingParams,
                   cancel: threading.Event | None) -> Iterator[int]:
+        """Prefill, then draft -> verify -> accept -> emit until an end, the limit or a cancel."""
         b = self.backend
-        if self._threads_most:
-            self._fit_threads()
-            self._window, self._ran_beside = OtherLoad(), None
-        threads = getattr(b, "n_threads", None)
+        threads = self._begin_threads()
         rng = np.random.default_rng(params.seed)
-        st = self.last_stats = GenerationStats(prompt_tokens=len(prompt))
+        st = self.last_stats = GenerationStats(prompt_tokens=len(prompt), finish_reason="length")
         st.threads_most = self._threads_most or threads
-        t_start = time.perf_counter()
-        load = OtherLoad()
-
-        # reuse the cached prefix (a chat turn extends the previous one); at least
-        # one prompt token must be evaluated to get the logits for the first token
-        keep = min(common_prefix(self.cached, prompt), len(prompt) - 1)
-        b.rollback(keep)
-        self.cached = self.cached[:keep]
-        logits = b.eval(prompt[keep:], n_logits=1)[0]
-        self.cached = list(prompt)
-        token = sample(logits, params, rng)
+        t_start, load = time.perf_counter(), OtherLoad()
+        pending = [self._prefill(prompt, params, rng, st)]
         st.prefill_s = time.perf_counter() - t_start
         if self._window is not None:
             self._watch_threads()  # a prompt read slowly beside a new load: before anything is timed
         if self._calibrate:
             self._prepare_curve()
-
         history = list(prompt)
-        drafter = self.drafter
-        target_path = getattr(b, "path", None)
-        if self._calibrate and params.greedy and not self._seeded and target_path is not None:
-            # sampled acceptance depends on the temperature: only greedy runs are kept and read
-            self._seeded = True
-            self.controller.acceptance.seed(calibration.load_kinds(target_path, model_drafters(drafter)))
-        steps_before = {d: _token_cost(d) for d in model_drafters(drafter)}
-        if drafter is not None:
-            t0 = time.perf_counter()
-            drafter.sample_with(None if params.greedy else params, rng)
-            drafter.begin(history)
-            st.prefill_s += time.perf_counter() - t0  # a model drafter reads the prompt: prompt processing
-        ctl = self.controller
-        # greedy only: a sampled token is one draw, not the verdict on a draft
-        hindsight = Hindsight(ctl.acceptance) if params.greedy and drafter is not None else None
-        pending = [token]
-        st.finish_reason = "length"
+        steps_before = {d: d.token_cost for d in model_drafters(self.drafter)}
+        hindsight = self._begin_drafter(history, params, rng, st)
         ended = False  # the answer ran to its end: not abandoned (closed, interrupted, collected at exit)
         try:
-            while True:
-                # emit what the last step produced
-                stop = False
-                for t in pending:
-                    if b.tokenizer.is_eog(t):
-                        st.finish_reason, stop = "stop", True
-                        break
-                    history.append(t)
-                    st.generated_tokens += 1
-                    if st.first_token_s is None:
-                        st.first_token_s = time.perf_counter() - t_start
-                    yield t
-                    if st.generated_tokens >= max_tokens:
-                        stop = True
-                        break
-                if stop:
-                    break
+            while not (yield from self._emit(pending, history, st, max_tokens, t_start)):
                 if hindsight is not None:
                     hindsight.advance(history)
                 if self._window is not None:
@@ -323,89 +278,146 @@ class Engine:
                 if cancel is not None and cancel.is_set():
                     st.finish_reason = "cancelled"
                     break
-                last = history[-1]
                 room = b.n_ctx - b.n_past - 1  # batch = [last, *draft] must fit
                 if room < 0:
                     st.finish_reason = "context"
                     break
                 k_cap = min(self.max_draft, max_tokens - st.generated_tokens - 1, room)
-
-                # draft
-                draft = EMPTY
-                if drafter is not None and k_cap > 0:
-                    t0 = time.perf_counter()
-                    if drafter.model_key is not None:  # a model drafter: decide before paying for it
-                        k_cap = ctl.choose(drafter.model_key, k_cap, drafter.sync_seconds, drafter.cost_per_token,
-                                           drafter.probe_seconds)
-                    if k_cap > 0:
-                        m0 = drafter.model_seconds
-                        draft = drafter.propose(history, k_cap)
-                        st.drafter_model_s += drafter.model_seconds - m0
-                        if drafter.model_key is not None and not len(draft):
-                            ctl.record_nothing(drafter.model_key)
-                    if len(draft) and draft.probs is None:
-                        # a sampled draft is verified whole: where the drafter stopped
-                        # depends on its draws, so cutting it by its length would bias
-                        # which tokens get proposed (its length was planned beforehand).
-                        # A draft declined whole is learned in hindsight: no probe needed
-                        proposed = draft
-                        draft = draft.truncated(ctl.choose(draft.key, len(draft), explore=hindsight is None))
-                        if hindsight is not None and not len(draft):
-                            hindsight.add(proposed, len(history))
-                    st.draft_s += time.perf_counter() - t0
-                k = len(draft)
-
-                # verify in one batch
-                batch = [last, *draft.tokens]
-                n_before = b.n_past
-                t0 = time.perf_counter()
-                out = b.eval(batch)
-                dt = time.perf_counter() - t0
-                st.verify_s += dt
-                if params.greedy:
-                    verdict = verify_greedy(draft.tokens, out)
-                else:
-                    verdict = verify_sampling(draft.tokens, draft.probs, out, params, rng)
-                n = verdict.n_accepted
-                if n < k:
-                    b.rollback(n_before + 1 + n)
-                self.cached.extend(batch[: 1 + n])
-                st.record_step(draft.key, k, n)
-                if drafter is not None:
-                    sim = b.simulated_seconds(len(batch), n_before)
-                    ctl.record(draft.key, k, n, len(batch), dt if sim is None else sim)
-                    t0 = time.perf_counter()
-                    drafter.observe(history, batch[: n + 1], out[: n + 1])
-                    st.draft_s += time.perf_counter() - t0
-                pending = [*draft.tokens[:n], verdict.next_token]
+                draft = self._draft(history, k_cap, st, hindsight)
+                pending = self._verify(history, draft, params, rng, st)
             ended = True
         finally:
-            st.total_s = time.perf_counter() - t_start
-            st.other_cores = load.cores()
-            st.threads = getattr(b, "n_threads", None)
-            # timings are kept per thread count: one that changed midway describes neither
-            steady = st.threads == threads
-            if self._threads_most:
-                if self._ran_beside is None and st.other_cores is not None and steady:
-                    self._ran_beside = (st.other_cores, st.threads)
-                # no thread is started for an abandoned generator: it may be collected while the
-                # interpreter exits, when a thread's start never returns
-                self._window, self._idle = None, RecentLoad() if ended else None
-            # timed while other processes took the cores: the timings describe that load,
-            # so neither a drafter's step cost nor the cost curve (kept or forgotten) is cached
-            quiet = steady and not self._contended(st.other_cores)
-            if quiet:
-                self._keep_drafter_steps(steps_before)
-            if self._calibrate and quiet:
-                self._keep_curve()
-            counts = ctl.acceptance.take_counts()
-            if params.greedy and target_path is not None:  # sampled acceptance depends on the temperature
-                calibration.save_acceptance(target_path, model_drafters(drafter), st.by_key)
-                if self._calibrate:
-                    calibration.save_kinds(target_path, model_drafters(drafter), counts)
+            self._end(st, t_start, load, threads, ended, steps_before, params)
 
+    def _begin_threads(self) -> int | None:
+        """Fit the thread count to the cores others leave; the count this generation starts on."""
+        if self._threads_most:
+            self._fit_threads()
+            self._window, self._ran_beside = OtherLoad(), None
+        return self.backend.n_threads
 
-def _token_cost(drafter: Drafter) -> tuple[int, float]:
-    """A model drafter's (drafted tokens, their seconds) so far; a drafter of one's own need
-    not count them."""
-    return getattr(drafter, "token_cost", (0, 0.0))
+    def _prefill(self, prompt: list[int], params: SamplingParams, rng: np.random.Generator,
+                 st: GenerationStats) -> int:
+        """Evaluate what the cache lacks of the prompt (a chat turn extends the previous one;
+        at least one token is evaluated, for the logits of the first answer token)."""
+        b = self.backend
+        keep = min(common_prefix(self.cached, prompt), len(prompt) - 1)
+        b.rollback(keep)
+        self.cached = self.cached[:keep]
+        logits = b.eval(prompt[keep:], n_logits=1)[0]
+        self.cached = list(prompt)
+        return sample(logits, params, rng)
+
+    def _begin_drafter(self, history: list[int], params: SamplingParams, rng: np.random.Generator,
+                       st: GenerationStats) -> Hindsight | None:
+        """Seed acceptance from earlier processes, let the drafter read the prompt; the
+        hindsight learner for this generation (greedy only: a sampled token is one draw,
+        not the verdict on a draft)."""
+        drafter, path = self.drafter, self.backend.path
+        if self._calibrate and params.greedy and not self._seeded and path is not None:
+            # sampled acceptance depends on the temperature: only greedy runs are kept and read
+            self._seeded = True
+            self.controller.acceptance.seed(calibration.load_kinds(path, model_drafters(drafter)))
+        if drafter is None:
+            return None
+        t0 = time.perf_counter()
+        drafter.sample_with(None if params.greedy else params, rng)
+        drafter.begin(history)
+        st.prefill_s += time.perf_counter() - t0  # a model drafter reads the prompt: prompt processing
+        return Hindsight(self.controller.acceptance) if params.greedy else None
+
+    def _emit(self, pending: list[int], history: list[int], st: GenerationStats, max_tokens: int,
+              t_start: float) -> Iterator[int]:
+        """Yield what the last step produced; returns True when the answer is over."""
+        for t in pending:
+            if self.backend.tokenizer.is_eog(t):
+                st.finish_reason = "stop"
+                return True
+            history.append(t)
+            st.generated_tokens += 1
+            if st.first_token_s is None:
+                st.first_token_s = time.perf_counter() - t_start
+            yield t
+            if st.generated_tokens >= max_tokens:
+                return True
+        return False
+
+    def _draft(self, history: list[int], k_cap: int, st: GenerationStats, hindsight: Hindsight | None) -> Draft:
+        """At most k_cap tokens, as many as the controller expects to pay for themselves."""
+        drafter, ctl = self.drafter, self.controller
+        if drafter is None or k_cap <= 0:
+            return EMPTY
+        t0 = time.perf_counter()
+        draft = EMPTY
+        k_cap = drafter.planned_length(ctl, k_cap)
+        if k_cap > 0:
+            m0 = drafter.model_seconds
+            draft = drafter.propose_planned(ctl, history, k_cap)
+            st.drafter_model_s += drafter.model_seconds - m0
+        if len(draft) and draft.probs is None:
+            # a sampled draft is verified whole: where the drafter stopped depends on its
+            # draws, so cutting it by its length would bias which tokens get proposed (its
+            # length was planned beforehand). A draft declined whole is learned in hindsight
+            proposed = draft
+            draft = draft.truncated(ctl.choose(draft.key, len(draft), explore=hindsight is None))
+            if hindsight is not None and not len(draft):
+                hindsight.add(proposed, len(history))
+        st.draft_s += time.perf_counter() - t0
+        return draft
+
+    def _verify(self, history: list[int], draft: Draft, params: SamplingParams, rng: np.random.Generator,
+                st: GenerationStats) -> list[int]:
+        """Evaluate [last, *draft] in one batch, keep the accepted prefix, roll back the rest;
+        the tokens to emit next (accepted drafts, then the target's own)."""
+        b, k = self.backend, len(draft)
+        batch = [history[-1], *draft.tokens]
+        n_before = b.n_past
+        t0 = time.perf_counter()
+        out = b.eval(batch)
+        dt = time.perf_counter() - t0
+        st.verify_s += dt
+        if params.greedy:
+            verdict = verify_greedy(draft.tokens, out)
+        else:
+            verdict = verify_sampling(draft.tokens, draft.probs, out, params, rng)
+        n = verdict.n_accepted
+        if n < k:
+            b.rollback(n_before + 1 + n)
+        self.cached.extend(batch[: 1 + n])
+        st.record_step(draft.key, k, n)
+        if self.drafter is not None:
+            sim = b.simulated_seconds(len(batch), n_before)
+            self.controller.record(draft.key, k, n, len(batch), dt if sim is None else sim)
+            t0 = time.perf_counter()
+            self.drafter.observe(history, batch[: n + 1], out[: n + 1])
+            st.draft_s += time.perf_counter() - t0
+        return [*draft.tokens[:n], verdict.next_token]
+
+    def _end(self, st: GenerationStats, t_start: float, load: OtherLoad, threads: int | None, ended: bool,
+             steps_before: dict, params: SamplingParams) -> None:
+        """Close the stats; keep what was learned, unless other programs' load distorted it."""
+        b = self.backend
+        st.total_s = time.perf_counter() - t_start
+        st.other_cores = load.cores()
+        st.threads = b.n_threads
+        # timings are kept per thread count: one that changed midway describes neither
+        steady = st.threads == threads
+        if self._threads_most:
+            if self._ran_beside is None and st.other_cores is not None and steady:
+                self._ran_beside = (st.other_cores, st.threads)
+            # no thread is started for an abandoned generator: it may be collected while the
+            # interpreter exits, when a thread's start never returns
+            self._window, self._idle = None, RecentLoad() if ended else None
+        # timed while other processes took the cores: the timings describe that load,
+        # so neither a drafter's step cost nor the cost curve (kept or forgotten) is cached
+        quiet = steady and not self._contended(st.other_cores)
+        if quiet:
+            self._keep_drafter_steps(steps_before)
+        if self._calibrate and quiet:
+            self._keep_curve()
+        counts = self.controller.acceptance.take_counts()
+        drafters = model_drafters(self.drafter)
+        if params.greedy and b.path is not None:  # sampled acceptance depends on the temperature
+            calibration.save_acceptance(b.path, drafters, st.by_key)
+            if self._calibrate:
+                calibration.save_kinds(b.path, drafters, counts)

@@ -14,17 +14,7 @@ Only the declined draft itself is scored, not the proposals `auto` set aside for
 better one: those come from the steps where another kind looked better, and scoring
 them taught `auto` to prefer kinds that then did worse where it chose them.
 
-Measured by replaying Qwen2.5-Coder-1.5B's plain greedy outputs (256 tokens) through
-the engine at the Xeon's batch costs (2 tokens 1.47x one, 3: 1.84x, 4: 1.61x, 8:
-3.19x, 16: 3.67x; `edgespec.replay`), x plain, code / summarize / chat, one engine
-for all prompts in that order, as the bench runs them. The 12 shipped prompts:
-`lookup` 1.609 / 1.407 / 1.048 -> 1.736 / 1.456 / 1.031, `auto` 1.516 / 1.328 /
-1.041 -> 1.762 / 1.452 / 1.025. The 18 held-out prompts (`data/heldout_prompts.jsonl`):
-`lookup` 1.598 / 1.660 / 1.041 -> 1.615 / 1.771 / 1.039, `auto` 1.617 / 1.734 /
-1.043 -> 1.616 / 1.771 / 1.038. Chat alone, in a fresh engine, gains (`lookup`
-1.015 -> 1.025 and 1.034 -> 1.043, `auto` 1.016 -> 1.023 and 1.015 -> 1.041); after
-code and summaries it loses up to 0.02 (what each kind learned on those texts
-carries into chat).
+What it gains, replayed, is in docs/design.md.
 """
 
 from __future__ import annotations

@@ -4,9 +4,11 @@ target will accept, and verifies the most cost-effective number of them.
 
 Greedy verification is deterministic, so the plain output decides acceptance
 exactly; the cost of each step is the measured cost of a batch of that size.
-No real controller can beat this with the same drafter and batch costs, so
-when the bound misses a goal, the goal is out of reach of this drafter on this
-machine (only another source of drafts or cheaper batches can get there).
+Each step's choice is the best for that step alone: a controller that gives up
+tokens now for a cheaper batch later can edge past it where the cost curve is not
+monotone, but not by much, so when the bound misses a goal clearly, the goal is out
+of reach of this drafter on this machine (only another source of drafts or cheaper
+batches can get there).
 """
 
 from __future__ import annotations

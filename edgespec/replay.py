@@ -3,8 +3,7 @@
 On real kernels a speculative run and a plain run can write different texts: a batch
 rounds differently from one token, a near-tie flips, and from there the texts part.
 How much of a text repeats decides what prompt lookup can copy, so the tokens/s of
-two methods compare two texts as well as two methods (on the Xeon, `lookup` wrote
-plain's text on 1 of 4 code prompts, the hybrid on 4 of 4). Replaying is the other
+two methods compare two texts as well as two methods. Replaying is the other
 measurement: the engine, controller and drafter run unchanged against a backend whose
 greedy choice at every position is the token plain decoding chose there, and each
 batch is charged what the calibrated cost curve says a batch of that size costs.

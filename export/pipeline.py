@@ -1,7 +1,8 @@
 """`edgespec export`: source -> checkpoint -> (VocabTrim) -> ONNX or GGUF ->
 quantized -> validated, with a manifest. Work happens in a scratch folder beside the
-output, renamed into place only when everything succeeded, so an interrupted or
-failed export never leaves a half-written model where a model is expected."""
+output, renamed into place only when everything succeeded (files.py), so an
+interrupted or failed export never leaves a half-written model where a model is
+expected, and --force never leaves neither the old export nor the new one."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from ..export_check import MANIFEST, file_digests
+from ..files import replace_folder, scratch_beside
 from .gguf_writer import GGUF_QUANTS, quantize_gguf, write_gguf
 from .onnx_attention import fold_grouped_query_attention, fuse_group_query_attention
 from .onnx_export import ONNX_QUANTS, export_onnx, quantize_onnx
@@ -53,8 +55,8 @@ class ExportPlan:
             if not Path(c).is_file():
                 raise ExportError(f"calibration file not found: {c}")
         out = Path(self.out)
-        if out.exists() and (not out.is_dir() or any(out.iterdir())) and not self.force:
-            raise ExportError(f"{out} already exists; choose another output or pass --force")
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            self._check_replaceable(out)
         parent = out.resolve().parent
         if not parent.is_dir():
             raise ExportError(f"cannot write {out}: folder {parent} does not exist")
@@ -62,6 +64,17 @@ class ExportPlan:
             os.rmdir(tempfile.mkdtemp(prefix=f".{out.name}.probe-", dir=parent))
         except OSError:
             raise ExportError(f"cannot write {out}: folder {parent} is not writable") from None
+
+    def _check_replaceable(self, out: Path) -> None:
+        # --force replaces an earlier export, never a folder of the user's own
+        if not self.force:
+            raise ExportError(f"{out} already exists; choose another output or pass --force")
+        if not (out / MANIFEST).is_file():
+            raise ExportError(f"{out} is not an edgespec export (it has no {MANIFEST}); --force replaces "
+                              "only an earlier export, so choose another output")
+        source = Path(self.source).expanduser()
+        if source.exists() and (source.resolve() == out.resolve() or out.resolve() in source.resolve().parents):
+            raise ExportError(f"{out} holds the source of this export; write the export somewhere else")
 
 
 @dataclass
@@ -119,7 +132,7 @@ def load_source(src: str, near: Path, stages: Stages) -> Loaded:
     with stages.stage("checking the source"):
         source = open_source(src)
         digest = source_sha256(source)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{near.name}.partial-", dir=near.resolve().parent))
+    scratch = scratch_beside(near)
     try:
         with stages.stage("loading the source in transformers"):
             model, tok = load_model(source)
@@ -142,7 +155,7 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
     if own:
         loaded = load_source(plan.source, out, stages)
     source, model, tok, checkpoint = loaded.source, loaded.model, loaded.tokenizer, loaded.checkpoint
-    scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.resolve().parent))
+    scratch = scratch_beside(out)
     try:
         result = scratch / "result"
         result.mkdir()
@@ -227,9 +240,7 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         (result / MANIFEST).write_text(json.dumps(manifest, indent=2))
-        if out.exists():
-            shutil.rmtree(out) if out.is_dir() else out.unlink()
-        os.replace(result, out)
+        replace_folder(result, out)
         return manifest
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -13,10 +13,9 @@ fresh `present` every run, ONNX Runtime's own buffers handed to numpy without a
 copy. Evaluating k draft tokens is one run with a k-token `input_ids`. Rolling back
 copies nothing at first: the rejected rows stay in the cache, masked out by
 `attention_mask`, and the tokens after them take their positions from
-`position_ids`. Copying the kept prefix on every rejection measured half of a
-5-token verification step at context 2048 on SmolLM2-135M int8 (58 of 114 ms: a
-fresh 90 MB array pages in), so the cache is compacted once the masked rows pass an
-eighth of it (and 64 rows).
+`position_ids`. Copying the kept prefix on every rejection would cost as much as
+the verification itself (a fresh array the size of the cache pages in), so the cache
+is compacted once the masked rows pass an eighth of it (and 64 rows).
 """
 
 from __future__ import annotations
@@ -67,9 +66,7 @@ class OnnxBackend(Backend):
         so.inter_op_num_threads = 1
         # ONNX Runtime's idle threads spin after a run, by default long enough to take the
         # cores from whatever runs next: a drafter's session, llama.cpp, the drafting
-        # code. SmolLM2-135M fp32 decode, context 512, 2 cores: 25 ms alone, 46 ms
-        # alternating with a second session; spinning 100 us at most, 24 ms either way
-        # (no spinning at all: 31 ms)
+        # code; 100 us is enough to keep its own next run warm (docs/design.md)
         so.add_session_config_entry("session.intra_op.spin_duration_us", "100")
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         try:

@@ -71,3 +71,20 @@ def smollm2_path():
     from edgespec.store import resolve
 
     return resolve("smollm2-135m", quiet=True)
+
+
+# -- tiers: `pytest -m "not real_model and not export and not gpu and not slow"` is the fast one --
+
+FILE_MARKS = {"test_export.py": "export", "test_vulkan.py": "gpu", "test_devices.py": "gpu"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks that hold whatever a test's author remembered: a test that asks for the real
+    model (directly or through another fixture) is `real_model`; whole files of export or
+    GPU tests carry their mark."""
+    for item in items:
+        if "smollm2_path" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.real_model)
+        mark = FILE_MARKS.get(item.path.name)
+        if mark:
+            item.add_marker(getattr(pytest.mark, mark))

@@ -1,25 +1,12 @@
 """The command line: useful output, and bad input as one clear line with no traceback."""
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-
-def edgespec(*args, stdin=None, timeout=600, env=None):
-    return subprocess.run([sys.executable, "-m", "edgespec", *args], input=stdin, capture_output=True,
-                          text=True, timeout=timeout, env=env)
-
-
-def assert_one_line_error(r, pattern):
-    assert r.returncode == 1, (r.returncode, r.stderr)
-    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout
-    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1, r.stderr
-    assert lines[0].startswith("error:") and pattern in lines[0], lines[0]
+from helpers import assert_one_line_error, edgespec
 
 
 def test_version_and_help():
@@ -33,6 +20,17 @@ def test_models_list_names_the_four_models():
     r = edgespec("models", "list", "--json")
     assert r.returncode == 0
     assert {m["name"] for m in json.loads(r.stdout)} >= {"smollm2-135m", "qwen2.5-coder-1.5b"}
+
+
+def test_models_list_shows_every_full_name_in_80_columns():
+    import os
+
+    from edgespec.store import MODELS
+
+    r = edgespec("models", "list", env={**os.environ, "COLUMNS": "80"})
+    assert r.returncode == 0 and max(map(len, r.stdout.splitlines())) <= 80
+    names = {line.split("│")[1].strip() for line in r.stdout.splitlines() if line.startswith("│")}
+    assert set(MODELS) <= names  # the name to type is on screen, whole
 
 
 def test_missing_model_file(tmp_path):
@@ -118,7 +116,7 @@ def test_bench_samples_every_row_at_a_temperature(smollm2_path, tmp_path):
     r = edgespec("bench", "-m", str(smollm2_path), "--drafters", "lookup", "--temperature", "0.8", "--seed", "3",
                  "--no-peer", "-n", "16", "--limit", "1", "--json", str(out))
     assert r.returncode == 0, r.stderr
-    rows = [row for row in json.loads(out.read_text()) if row["category"] == "all"]
+    rows = [row for row in json.loads(out.read_text())["rows"] if row["category"] == "all"]
     assert {row["drafter"] for row in rows} >= {"plain", "lookup"}
     assert all(row["tokens"] > 0 for row in rows if row["drafter"] in ("plain", "lookup"))
     # sampled outputs are not compared with plain's: they differ run to run
@@ -133,7 +131,7 @@ def test_bench_replays_text_only_drafters_on_plains_own_output(smollm2_path, tmp
     r = edgespec("bench", "-m", str(smollm2_path), "--drafters", "lookup,auto", "--no-peer", "-n", "32",
                  "--limit", "1", "--json", str(out))
     assert r.returncode == 0, r.stderr
-    rows = {(row["drafter"], row["category"]): row for row in json.loads(out.read_text())}
+    rows = {(row["drafter"], row["category"]): row for row in json.loads(out.read_text())["rows"]}
     replayed, oracle = rows[("replay:lookup", "code")], rows[("oracle:lookup", "code")]
     # the oracle picks each step's best length on its own, on a timed curve that need not be
     # monotone: a real controller can edge past it, never far
@@ -173,7 +171,7 @@ def test_bench_sets_edgespec_against_llama_servers_own_speculation(smollm2_path,
     r = edgespec("bench", "-m", str(smollm2_path), "--drafters", "lookup", "--no-peer", "--peers", "llama-server",
                  "-n", "32", "--limit", "1", "--json", str(out))
     assert r.returncode == 0, r.stderr
-    rows = {(row["drafter"], row["category"]): row for row in json.loads(out.read_text())}
+    rows = {(row["drafter"], row["category"]): row for row in json.loads(out.read_text())["rows"]}
     for name in ["llama-server", *(f"llama-server:{t}" for t in llama_server.SPEC_TYPES)]:
         assert rows[(name, "all")]["tokens"] > 0, name
     own_plain, mod = rows[("llama-server", "all")], rows[("llama-server:ngram-mod", "all")]

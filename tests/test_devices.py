@@ -84,14 +84,14 @@ def test_every_profile_names_its_source():
 
 @pytest.mark.real_model
 def test_bench_projects_phone_gpus_from_acceptance_measured_here_and_says_so(smollm2_path, tmp_path):
-    from test_cli import edgespec
+    from helpers import edgespec
 
     out = tmp_path / "proj.json"
     r = edgespec("bench", "-m", str(smollm2_path), "--device-profile", "adreno-750,apple-m3", "--drafters", "lookup",
                  "-n", "24", "--limit", "1", "--json", str(out))
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("PROJECTION for") == 2 and "not measured" in r.stdout and "assumed:" in r.stdout
-    rows = __import__("json").loads(out.read_text())
+    rows = __import__("json").loads(out.read_text())["rows"]
     mine = {(x["device_profile"], x["category"], x["method"]): x for x in rows}
     plain, lookup = mine[("adreno-750", "all", "plain")], mine[("adreno-750", "all", "lookup")]
     assert plain["projected_speedup"] == 1.0 and plain["projected_tokens_per_s"] > 0
@@ -105,7 +105,7 @@ def test_bench_projects_phone_gpus_from_acceptance_measured_here_and_says_so(smo
 
 @pytest.mark.real_model
 def test_a_device_profile_plans_within_the_budget_given_and_refuses_one_too_small(smollm2_path):
-    from test_cli import assert_one_line_error, edgespec
+    from helpers import assert_one_line_error, edgespec
 
     assert_one_line_error(edgespec("bench", "-m", str(smollm2_path), "--device-profile", "mali-g720", "-b", "100MB"),
                           "mali-g720: a memory budget of 100 MB is too small")
@@ -113,14 +113,14 @@ def test_a_device_profile_plans_within_the_budget_given_and_refuses_one_too_smal
 
 
 def test_an_unknown_profile_is_one_line(smollm2_path):
-    from test_cli import assert_one_line_error, edgespec
+    from helpers import assert_one_line_error, edgespec
 
     assert_one_line_error(edgespec("bench", "-m", str(smollm2_path), "--device-profile", "adreno-999"),
                           "unknown device profile 'adreno-999'")
 
 
 def test_doctor_lists_backends_devices_providers_and_where_each_device_request_runs():
-    from test_cli import edgespec
+    from helpers import edgespec
 
     r = edgespec("doctor", "--json")
     assert r.returncode == 0, r.stderr

@@ -2,8 +2,11 @@
 export validates itself against its source, loads in its runtime and generates."""
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,13 +16,19 @@ pytest.importorskip("optimum.exporters.onnx", reason="export extras not installe
 
 from edgespec.export.pipeline import ExportPlan, run_export  # noqa: E402
 from edgespec.export.source import ExportError  # noqa: E402
-from test_cli import edgespec  # noqa: E402
+from helpers import edgespec  # noqa: E402
 from tiny_hf import build  # noqa: E402
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
 def checkpoint(request, tmp_path_factory):
     return build(tmp_path_factory.mktemp(request.param) / "ckpt", request.param)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    """One checkpoint, for what does not depend on the architecture."""
+    return build(tmp_path_factory.mktemp("llama") / "ckpt")
 
 
 def export(checkpoint, tmp_path, to, quant):
@@ -124,7 +133,7 @@ def test_an_older_onnx_export_masks_rejected_rows_and_compacts_them_later(checkp
     assert np.abs(last - clean).max() < 1e-4 * np.abs(clean).max()
 
 
-@pytest.mark.parametrize("quant", ["int8", "int8-weight-only", "int4", "int4-b128"])
+@pytest.mark.parametrize("quant", ["int8", "int8-weight-only", "int4", "int4-b128", "int4-f32"])
 def test_onnx_quantized_exports_load_and_stay_close(checkpoint, tmp_path, quant):
     from edgespec.api import EdgeSpec
 
@@ -132,6 +141,33 @@ def test_onnx_quantized_exports_load_and_stay_close(checkpoint, tmp_path, quant)
     assert m["quantization"] == quant
     assert m["validation"]["perplexity_ratio"] < 2.0
     assert EdgeSpec(str(tmp_path / f"onnx-{quant}"), drafter="none", n_ctx=256).generate("for i", max_tokens=8).token_ids
+
+
+def test_int4_computes_in_int8_unless_float32_compute_is_asked_for(llama, tmp_path):
+    import onnx
+
+    def compute_levels(quant: str) -> set[int]:
+        export(llama, tmp_path, "onnx", quant)
+        nodes = [n for n in onnx.load(tmp_path / f"onnx-{quant}" / "model.onnx").graph.node if n.op_type == "MatMulNBits"]
+        assert nodes
+        return {a.i for n in nodes for a in n.attribute if a.name == "accuracy_level"} or {0}
+
+    assert compute_levels("int4") == {4}  # int8 activations: single steps at llama.cpp's pace
+    assert compute_levels("int4-f32") == {0}  # float32: every block dequantized, cheap extra rows
+
+
+def test_bench_runs_an_onnx_export_beside_llama_cpp_and_prints_both_batch_cost_curves(llama, tmp_path):
+    export(llama, tmp_path, "gguf", "f16")
+    export(llama, tmp_path, "onnx", "int4")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"category": "code", "prompt": "def add(a, b): return a + b\n" * 3}) + "\n")
+    r = edgespec("bench", "-m", tmp_path / "gguf-f16", "--onnx", tmp_path / "onnx-int4", "--drafters", "lookup",
+                 "--no-peer", "-n", "8", "--ctx", "256", "--prompts", prompts, "--json", tmp_path / "run.json")
+    assert r.returncode == 0, r.stderr
+    names = {row["drafter"] for row in json.loads((tmp_path / "run.json").read_text())["rows"]}
+    assert {"plain", "lookup", "onnx:plain", "onnx:lookup"} <= names
+    said = r.stdout + r.stderr
+    assert "batch cost timed after the runs" in said and "onnx batch cost timed after the runs" in said
 
 
 def test_int8_dynamic_quantizes_each_tokens_activations_on_its_own(checkpoint, tmp_path):
@@ -233,7 +269,6 @@ def test_bad_export_input_gives_one_line_errors(checkpoint, tmp_path):
         ((checkpoint, "--to", "ternary", "--trim-vocab", "64", "-o", tmp_path / "o7"), "not to ternary exports"),
         ((checkpoint, "--to", "ternary", "-q", "q8_0", "-o", tmp_path / "o8"), "does not apply to ternary"),
     ]
-    import os
 
     # root writes to any folder whatever its mode, but not into a read-only file system such as /proc
     unwritable = locked if os.geteuid() != 0 else Path("/proc")
@@ -243,6 +278,66 @@ def test_bad_export_input_gives_one_line_errors(checkpoint, tmp_path):
         assert r.returncode == 1, r.stderr
         assert message in r.stderr and "Traceback" not in r.stderr
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_force_replaces_only_an_earlier_export_never_a_folder_of_ones_own(llama, tmp_path):
+    checkpoint = llama
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    r = _cli(checkpoint, "--to", "gguf", "-o", mine, "--force")
+    assert r.returncode == 1 and "is not an edgespec export" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert [f.name for f in mine.iterdir()] == ["notes.txt"] and (mine / "notes.txt").read_text() == "keep me"
+    source = tmp_path / "source"  # a checkpoint that happens to sit in an export folder
+    shutil.copytree(checkpoint, source)
+    (source / "manifest.json").write_text("{}")
+    r = _cli(source, "--to", "gguf", "-o", source, "--force")
+    assert r.returncode == 1 and "holds the source of this export" in r.stderr
+    assert sorted(f.name for f in source.iterdir()) == sorted([f.name for f in checkpoint.iterdir()] + ["manifest.json"])
+
+
+def test_a_kill_at_any_moment_of_a_forced_export_leaves_a_loadable_export(llama, tmp_path):
+    checkpoint = llama
+    from edgespec.files import sweep
+    from edgespec.store import resolve
+
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "edgespec", "export", str(checkpoint), "--to", "gguf", "--no-validate",
+            "-o", str(out), "--force"]
+    subprocess.run(args, check=True, capture_output=True)
+    for delay in (0.5, 2.0, 4.0, 8.0):  # loading the source, converting, writing, renaming
+        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        p.kill()
+        p.wait()
+        sweep(out)  # what the next export, trim or fetch beside it does first
+        assert resolve(str(out)) is not None  # the old export or the new one, whole
+
+
+def test_a_replacement_killed_between_its_two_renames_is_undone_by_the_next_sweep(tmp_path, monkeypatch):
+    from edgespec import files
+
+    target, new = tmp_path / "export", tmp_path / "new"
+    target.mkdir()
+    (target / "manifest.json").write_text("old")
+    new.mkdir()
+    (new / "manifest.json").write_text("new")
+    real_replace, calls = os.replace, []
+
+    def killed_at_the_second(src, dst):
+        calls.append(src)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the process dies with the old export aside, the new one not in
+        real_replace(src, dst)
+
+    monkeypatch.setattr(files.os, "replace", killed_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        files.replace_folder(new, target)
+    monkeypatch.setattr(files.os, "replace", real_replace)
+    assert not target.exists()
+    monkeypatch.setattr(files, "_alive", lambda pid: False)  # that process is gone
+    files.sweep(target)
+    assert (target / "manifest.json").read_text() == "old"
 
 
 @pytest.mark.parametrize("to,quant", [("onnx", "fp32"), ("gguf", "f16")])

@@ -157,7 +157,7 @@ def test_verifying_k_tokens_costs_like_a_short_prefill():
 def test_bench_on_fpga_sim_prints_simulated_figures_beside_measured_acceptance(smollm2_path, tmp_path):
     import json
 
-    from test_cli import edgespec
+    from helpers import edgespec
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"category": "code", "prompt": "def add(a, b):\n    return a + b\n\ndef add("}) + "\n")
@@ -166,7 +166,7 @@ def test_bench_on_fpga_sim_prints_simulated_figures_beside_measured_acceptance(s
     assert r.returncode == 0, r.stderr
     assert "cycle model against TeLLMe v2's published figures" in r.stdout
     assert "the widest TLMM the kv260 holds: 1,036 lanes" in r.stdout
-    rows = {(x["category"], x["method"]): x for x in json.loads((tmp_path / "rows.json").read_text())}
+    rows = {(x["category"], x["method"]): x for x in json.loads((tmp_path / "rows.json").read_text())["rows"]}
     plain, lookup = rows[("code", "plain")], rows[("code", "lookup")]
     assert plain["acceptance"] is None and lookup["drafted"] > 0 and 0 <= lookup["acceptance"] <= 1
     assert 15 < plain["simulated_tokens_per_s"] < 35  # the board's decode rate for this shape

@@ -1,4 +1,4 @@
-"""Fuzzing the tokenizer and drafter code paths (issue #9): random text, random
+"""Fuzzing the tokenizer and drafter code paths: random text, random
 bytes and random token ids go through the real SmolLM2 tokenizer (llama.cpp), the
 cross-vocabulary text view, every model-free drafter and the whole speculation
 loop. Nothing may crash the process, every id that comes out is in the

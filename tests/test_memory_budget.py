@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from test_cli import assert_one_line_error, edgespec
+from helpers import assert_one_line_error, edgespec
 
 pytestmark = pytest.mark.real_model
 

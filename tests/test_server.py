@@ -17,6 +17,7 @@ from edgespec.apps.server import Limits, LocalServer
 from edgespec.runtimes.reference import ReferenceBackend
 
 MODEL = "smollm2-135m"
+JSON = {"content-type": "application/json"}
 COUNTING = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"  # continues for as long as it is allowed to
 
 
@@ -113,7 +114,7 @@ BAD_REQUESTS = [
 @pytest.mark.parametrize("what,body,status,code", BAD_REQUESTS, ids=[b[0] for b in BAD_REQUESTS])
 def test_bad_requests_get_a_4xx_json_error(server, what, body, status, code):
     url = server + "/chat/completions"
-    r = httpx.post(url, content=body) if isinstance(body, bytes) else httpx.post(url, json=body)
+    r = httpx.post(url, content=body, headers=JSON) if isinstance(body, bytes) else httpx.post(url, json=body)
     assert r.status_code == status, r.text
     error = r.json()["error"]
     assert error["code"] == code and error["message"]

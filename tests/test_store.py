@@ -6,20 +6,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import tiny_gguf
 from edgespec import store
 from edgespec.errors import ModelError
 from edgespec.gguf_check import check_gguf
 
 
 def write_tiny_gguf(path: Path, with_vocab: bool = True) -> Path:
-    """A small, well-formed GGUF file (not a runnable model)."""
+    """A tiny runnable model; without a vocabulary, a well-formed GGUF file that is no model."""
     import gguf
 
+    if with_vocab:
+        return tiny_gguf.write(path)
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_block_count(1)
-    if with_vocab:
-        w.add_tokenizer_model("gpt2")
-        w.add_token_list([b"a", b"b", b"c"])
     w.add_tensor("token_embd.weight", np.arange(3 * 64, dtype=np.float32).reshape(3, 64))
     w.add_tensor("output.weight", np.ones((3, 64), dtype=np.float32))
     w.write_header_to_file()
@@ -43,7 +43,7 @@ def test_the_four_models_of_the_shared_list_are_known():
 def test_a_local_gguf_path_works_wherever_a_model_name_does(tmp_path):
     p = write_tiny_gguf(tmp_path / "tiny.gguf")
     assert store.resolve(str(p)) == p
-    assert check_gguf(p).n_vocab == 3
+    assert check_gguf(p).n_vocab == 259
 
 
 def test_a_truncated_gguf_is_detected_and_never_loaded(tmp_path):

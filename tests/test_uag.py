@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from test_cli import edgespec
+from helpers import edgespec
 from test_real_lossless import XVOCAB_DRAFTER, XVOCAB_TARGET
 
 
@@ -17,7 +17,7 @@ def test_bench_runs_transformers_universal_assisted_generation_beside_ours(tmp_p
     r = edgespec("bench", "-m", XVOCAB_TARGET, "--drafters", XVOCAB_DRAFTER, "--uag", "--no-peer", "-n", "16",
                  "--prompts", str(prompts), "--ctx", "512", "--json", str(out))
     assert r.returncode == 0, r.stderr
-    rows = {(x["drafter"], x["category"]): x for x in json.loads(out.read_text())}
+    rows = {(x["drafter"], x["category"]): x for x in json.loads(out.read_text())["rows"]}
     ours, hf_plain, uag = (rows[(m, "all")] for m in (XVOCAB_DRAFTER, "hf:plain", f"hf:uag:{XVOCAB_DRAFTER}"))
     assert ours["tokens"] > 0 and hf_plain["tokens_per_s"] > 0 and uag["tokens_per_s"] > 0
     # UAG's greedy output is transformers' own plain greedy output, and its drafts were counted
@@ -30,7 +30,7 @@ def test_bench_runs_transformers_universal_assisted_generation_beside_ours(tmp_p
 
 
 def test_uag_without_a_model_drafter_is_refused_in_one_line():
-    from test_cli import assert_one_line_error
+    from helpers import assert_one_line_error
 
     assert_one_line_error(edgespec("bench", "-m", "smollm2-135m", "--drafters", "lookup", "--uag"),
                           "--uag runs transformers' assisted generation with a model drafter")

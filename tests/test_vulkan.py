@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from test_cli import edgespec
+from helpers import edgespec
 
 HERE = Path(__file__).parent
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFWriter
+from gguf import GGUFValueType, GGUFWriter
 
 
 def byte_tokens() -> list[str]:
@@ -18,7 +18,10 @@ def byte_tokens() -> list[str]:
 
 
 def write(path: Path, n_layer: int = 2, block_count: int | None = None, tokens: list[str] | None = None,
-          n_embd: int = 32, n_head: int = 4, n_head_kv: int = 2, n_ff: int = 64, seed: int = 0) -> Path:
+          n_embd: int = 32, n_head: int = 4, n_head_kv: int = 2, n_ff: int = 64, seed: int = 0,
+          tokenizer: str = "gpt2", metadata: dict | None = None) -> Path:
+    """`tokenizer` names tokenizer.ggml.model; `metadata` adds or overrides keys
+    (an int is written as uint32, a float as float32, a str as a string)."""
     rng = np.random.default_rng(seed)
     tokens = tokens or [*byte_tokens(), "Ġt", "he", "<|endoftext|>"]
     n_vocab = len(tokens)
@@ -34,13 +37,15 @@ def write(path: Path, n_layer: int = 2, block_count: int | None = None, tokens: 
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(head)
     w.add_vocab_size(n_vocab)
-    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_model(tokenizer)
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)
     w.add_token_types([3 if t.startswith("<|") else 1 for t in tokens])
     w.add_token_merges(["Ġ t", "h e"])
     w.add_bos_token_id(n_vocab - 1)
     w.add_eos_token_id(n_vocab - 1)
+    for key, value in (metadata or {}).items():
+        _add(w, key, value)
 
     def t(name: str, *shape: int) -> None:
         w.add_tensor(name, (rng.standard_normal(shape) * 0.2).astype(np.float32))
@@ -63,3 +68,9 @@ def write(path: Path, n_layer: int = 2, block_count: int | None = None, tokens: 
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def _add(w: GGUFWriter, key: str, value) -> None:
+    kind = {bool: GGUFValueType.BOOL, int: GGUFValueType.UINT32, float: GGUFValueType.FLOAT32, str: GGUFValueType.STRING}
+    w.add_key_value(key, value, GGUFValueType.ARRAY if isinstance(value, list) else kind[type(value)],
+                    sub_type=kind[type(value[0])] if isinstance(value, list) and value else None)

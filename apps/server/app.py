@@ -1,13 +1,15 @@
 """An OpenAI-compatible local server over the public API (`edgespec serve`).
 
     /v1/models, /v1/chat/completions, /v1/completions (streaming by server-sent
-    events), /health
+    events), /health, /metrics (Prometheus text)
 
 One model, one generation at a time: requests wait in a bounded queue and are
 served in turn by a single worker thread that owns the model (as llama-server
 does with one slot). A client that goes away, mid-stream or while waiting,
 cancels its job, so the model is free for the next request. Every malformed
-request gets a 4xx JSON error in OpenAI's shape. Replies carry `usage` and,
+request gets a 4xx JSON error in OpenAI's shape; without an API key only local
+clients are served (guard.py). Prompts are prepared off the event loop, so
+/health answers at once whatever a request holds. Replies carry `usage` and,
 in the extension field `edgespec`, the speculation statistics.
 """
 
@@ -18,6 +20,7 @@ import contextlib
 import hmac
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
@@ -28,9 +31,12 @@ from starlette.middleware.cors import CORSMiddleware
 
 from edgespec import EdgeSpec, EdgespecError
 
+from .guard import LocalOnly
+from .metrics import StatusCounter
+from .metrics import render as render_metrics
 from .protocol import (FINISH, ApiError, ChatRequest, CompletionRequest, Reply, SamplingFields, check_common,
                        message_text, parse, sse_event)
-from .worker import Job, ModelWorker
+from .worker import Job, ModelWorker, PromptWorker
 
 
 @dataclass
@@ -38,28 +44,36 @@ class Limits:
     max_body_bytes: int = 1 << 20  # a request body larger than this is refused unread (413)
     max_tokens: int = 4096  # the largest max_tokens a request may ask for
     max_queue: int = 8  # requests waiting behind the running one; more get 503
+    timeout_s: float | None = None  # a request not answered by then is cancelled (504)
 
 
 
 # -- the application -----------------------------------------------------------
 
 def create_app(llm: EdgeSpec, model_id: str, limits: Limits | None = None, api_key: str | None = None,
-               cors_origins: list[str] | None = None) -> FastAPI:
-    """The server's ASGI app; `uvicorn.run(create_app(llm, "name"))` serves it."""
+               cors_origins: list[str] | None = None, allowed_hosts: set[str] = frozenset()) -> FastAPI:
+    """The server's ASGI app; `uvicorn.run(create_app(llm, "name"))` serves it.
+    Without `api_key`, only Host headers naming loopback or `allowed_hosts` are served."""
     limits = limits or Limits()
     worker = ModelWorker(llm, limits.max_queue)
+    prompts = PromptWorker(limits.max_queue)
     created = int(time.time())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
         worker.stop()
+        prompts.stop()
 
     app = FastAPI(title="edgespec", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.worker = worker
+    if api_key is None:
+        app.add_middleware(LocalOnly, hosts=set(allowed_hosts))
     if cors_origins:  # closed unless asked: a web page must not drive a local model by default
         app.add_middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
+    requests: Counter = Counter()
+    app.add_middleware(StatusCounter, counts=requests)  # added last: outermost, so refusals count too
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, e: ApiError) -> JSONResponse:
@@ -79,6 +93,10 @@ def create_app(llm: EdgeSpec, model_id: str, limits: Limits | None = None, api_k
     @app.get("/health")
     async def health() -> dict:
         return {"status": "ok", "busy": worker.running is not None, "queued": worker.jobs.qsize(), **worker.counts}
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(render_metrics(requests, worker, prompts.waiting), media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict:
@@ -100,10 +118,7 @@ def create_app(llm: EdgeSpec, model_id: str, limits: Limits | None = None, api_k
         check_common(req, model_id)
         messages = [{"role": "system" if m.role == "developer" else m.role, "content": message_text(m, i)}
                     for i, m in enumerate(req.messages)]
-        try:
-            ids = llm.chat_ids(messages)
-        except EdgespecError as e:
-            raise ApiError(400, str(e), param="messages") from None
+        ids = await prompts.run(llm.chat_ids, messages, param="messages")
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         return await _run(request, req, ids, max_tokens, chat=True)
 
@@ -126,7 +141,7 @@ def create_app(llm: EdgeSpec, model_id: str, limits: Limits | None = None, api_k
                 prompt = prompt[0]
             if not prompt:
                 raise ApiError(400, "the prompt is empty", param="prompt")
-            ids = llm.tokenize(prompt)
+            ids = await prompts.run(llm.tokenize, prompt, param="prompt")
         return await _run(request, req, ids, req.max_tokens, chat=False)
 
     async def _run(request: Request, req: SamplingFields, ids: list[int], max_tokens: int | None, chat: bool) -> Response:
@@ -141,13 +156,16 @@ def create_app(llm: EdgeSpec, model_id: str, limits: Limits | None = None, api_k
                            param="max_tokens", code="invalid_value")
         stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
         options = dict(max_tokens=max_tokens, temperature=1.0 if req.temperature is None else req.temperature,
-                       top_p=1.0 if req.top_p is None else req.top_p, top_k=req.top_k or 0, seed=req.seed, stop=stop)
+                       top_p=1.0 if req.top_p is None else req.top_p, top_k=req.top_k or 0,
+                       seed=None if req.seed == -1 else req.seed, stop=stop)
         job = Job(ids, options, req.cache_prompt, asyncio.get_running_loop())
         worker.submit(job)
+        if limits.timeout_s:
+            job.loop.call_later(limits.timeout_s, job.expire)
         reply = Reply(model_id, chat, len(ids))
         if req.stream:
             include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return _JobStream(_sse(job, reply, include_usage), job, media_type="text/event-stream",
+            return _JobStream(_sse(job, reply, include_usage, limits), job, media_type="text/event-stream",
                               headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         watcher = asyncio.create_task(_cancel_on_disconnect(request, job))
         try:
@@ -158,6 +176,8 @@ def create_app(llm: EdgeSpec, model_id: str, limits: Limits | None = None, api_k
                     pieces.append(value)
                 elif kind == "error":
                     raise value
+                elif job.timed_out:
+                    raise _timed_out(limits)
                 else:
                     return JSONResponse(reply.whole("".join(pieces), value))
         finally:
@@ -185,7 +205,12 @@ async def _read_body(request: Request, limits: Limits) -> bytes:
     return bytes(body)
 
 
-async def _sse(job: Job, reply: Reply, include_usage: bool) -> AsyncIterator[bytes]:
+def _timed_out(limits: Limits) -> ApiError:
+    return ApiError(504, f"the request took over --timeout {limits.timeout_s:g} s and was stopped",
+                    kind="server_error", code="timeout")
+
+
+async def _sse(job: Job, reply: Reply, include_usage: bool, limits: Limits) -> AsyncIterator[bytes]:
     if reply.chat:
         yield sse_event(reply.chunk(role=True))
     while True:
@@ -196,6 +221,8 @@ async def _sse(job: Job, reply: Reply, include_usage: bool) -> AsyncIterator[byt
         if pieces:
             yield b"".join(sse_event(reply.chunk(p)) for p in pieces)
         kind, value = items[-1]  # "done" or "error" is always a job's last event
+        if kind == "done" and job.timed_out:
+            kind, value = "error", _timed_out(limits)
         if kind == "error":  # the status line is sent already: report in the stream, as OpenAI does
             yield sse_event({"error": {"message": value.message, "type": value.kind, "param": None, "code": value.code}})
             break
@@ -238,12 +265,12 @@ class LocalServer:
 
     def __init__(self, llm: EdgeSpec, model_id: str, host: str = "127.0.0.1", port: int = 8080,
                  limits: Limits | None = None, api_key: str | None = None,
-                 cors_origins: list[str] | None = None) -> None:
+                 cors_origins: list[str] | None = None, allowed_hosts: set[str] = frozenset()) -> None:
         import socket
 
         import uvicorn
 
-        self.app = create_app(llm, model_id, limits, api_key, cors_origins)
+        self.app = create_app(llm, model_id, limits, api_key, cors_origins, {host, *allowed_hosts})
         self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:

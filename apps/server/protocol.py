@@ -56,7 +56,7 @@ class SamplingFields(_Body):
     temperature: Optional[float] = Field(None, ge=0.0, le=2.0)  # OpenAI's default is 1
     top_p: Optional[float] = Field(None, gt=0.0, le=1.0)
     top_k: Optional[int] = Field(None, ge=0)  # llama-server's extension
-    seed: Optional[int] = None
+    seed: Optional[int] = Field(None, ge=-1, lt=1 << 64)  # -1: a random seed, as llama-server reads it
     stop: Union[str, list[str], None] = None
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
@@ -85,6 +85,8 @@ def parse(model: type[BaseModel], body: bytes) -> Any:
         data = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ApiError(400, f"the body is not valid JSON: {e}", code="invalid_json") from None
+    except RecursionError:
+        raise ApiError(400, "the body nests JSON deeper than this server reads", code="invalid_json") from None
     if not isinstance(data, dict):
         raise ApiError(400, "the body must be a JSON object", code="invalid_json")
     try:

@@ -58,7 +58,7 @@ def model_drafters(drafter: Drafter | None) -> list[Drafter]:
         return []
     if isinstance(drafter, AutoDrafter):
         return [m for d in drafter.drafters for m in model_drafters(d)]
-    return [drafter] if getattr(drafter, "backend", None) is not None else []
+    return [drafter] if drafter.backend is not None else []
 
 
 def drafter_backends(drafter: Drafter | None) -> list:

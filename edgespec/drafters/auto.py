@@ -54,17 +54,14 @@ class AutoDrafter(Drafter):
                 if s > best_score or best is EMPTY:
                     best, best_score = draft, s
         for m in self.models:
-            assert m.model_key is not None
-            k_m = ctl.choose(m.model_key, k, m.sync_seconds, m.cost_per_token, m.probe_seconds)
+            k_m = m.planned_length(ctl, k)
             if k_m == 0:
                 continue
             gain = ctl.expected_gain(m.model_key, k_m, m.cost_per_token)
             if best is EMPTY or gain > best_score:
-                draft = m.propose(history, k_m)
+                draft = m.propose_planned(ctl, history, k_m)
                 if len(draft):
                     best, best_score = draft, gain
-                else:
-                    ctl.record_nothing(m.model_key)
         return best
 
     def observe(self, history: Sequence[int], inputs: Sequence[int], logits: np.ndarray) -> None:
@@ -81,8 +78,8 @@ class AutoDrafter(Drafter):
     # a model member's latency, for the bench
     @property
     def steps(self) -> int:
-        return sum(getattr(m, "steps", 0) for m in self.models)
+        return sum(m.steps for m in self.models)
 
     @property
     def step_s(self) -> float:
-        return sum(getattr(m, "step_s", 0.0) for m in self.models)
+        return sum(m.step_s for m in self.models)

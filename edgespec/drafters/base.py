@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from ..sequence import common_prefix
 from ..verifier import SamplingParams
+
+if TYPE_CHECKING:
+    from ..backend import Backend
+    from ..controller import DraftController
 
 
 @dataclass
@@ -52,6 +56,9 @@ class Drafter(ABC):
     # length before asking (learned per `model_key`); model-free drafters propose
     # first and are truncated after, for free.
     model_key: str | None = None
+    backend: "Backend | None" = None  # the model a model drafter runs (None: model-free)
+    steps: int = 0  # a model drafter's one-token evaluations, and their seconds: its step latency
+    step_s: float = 0.0
 
     @property
     def cost_per_token(self) -> float:
@@ -74,6 +81,27 @@ class Drafter(ABC):
     def model_seconds(self) -> float:
         """Total seconds a model drafter has spent evaluating its model."""
         return 0.0
+
+    @property
+    def token_cost(self) -> tuple[int, float]:
+        """A model drafter's (drafted tokens, their seconds) so far: what the planner weighs
+        it by. Model-free drafters count nothing."""
+        return 0, 0.0
+
+    def planned_length(self, controller: "DraftController", k: int) -> int:
+        """How many tokens to ask for, at most k. A model drafter pays for every token it
+        drafts, so its length is planned first, from its learned acceptance and measured
+        costs (0: none pays); a model-free drafter proposes freely and is cut afterwards."""
+        if self.model_key is None:
+            return k
+        return controller.choose(self.model_key, k, self.sync_seconds, self.cost_per_token, self.probe_seconds)
+
+    def propose_planned(self, controller: "DraftController", history: Sequence[int], k: int) -> Draft:
+        """propose(), telling the controller when a model drafter, asked, had nothing to offer."""
+        draft = self.propose(history, k)
+        if self.model_key is not None and not len(draft):
+            controller.record_nothing(self.model_key)
+        return draft
 
     def sample_with(self, params: SamplingParams | None, rng: np.random.Generator | None) -> None:
         """How the coming generation decodes: `params` None is greedy. A model

@@ -16,9 +16,8 @@ min(1, p/q) instead of p. Every decision to stop drafting is made before the
 next draw, so a proposed token is always distributed as the q returned with it.
 
 An idle drafter (one the controller only probes now and then) would have to
-read everything said since it last drafted before it can draft again: at
-SmolLM2-135M's ~3.4 ms a token against Qwen2.5-Coder-1.5B's 35, a tenth of the
-decoding time, whether the probe pays or not. So a catch-up longer than `window`
+read everything said since it last drafted before it can draft again: a tenth of
+the decoding time for a drafter ten times smaller, whether the probe pays or not. So a catch-up longer than `window`
 tokens starts a fresh cache instead: the history's first `sink` tokens (BOS and
 the chat template's head, which attention leans on) and its last `window`. The
 same keeps a history longer than the drafter's context draftable. Drafts are
@@ -52,9 +51,9 @@ class ModelDrafter(Drafter):
         self.sink = sink
         self._skip = 0  # history[sink : sink + _skip] is not in the drafter's cache (see _seen)
         self.restarts = 0  # catch-ups cut to the window
-        self.vocab_map: np.ndarray | None = getattr(backend, "vocab_map", None)
+        self.vocab_map: np.ndarray | None = backend.vocab_map
         self._to_input: np.ndarray | None = None
-        if self.vocab_map is not None and getattr(backend, "inputs_trimmed", False):
+        if self.vocab_map is not None and backend.inputs_trimmed:
             self._to_input = input_table(self.vocab_map)
         # in sampling mode, the target id a drawn logits row proposes (-1: none);
         # None is the drafter's own ids (mapped through vocab_map when trimmed)

@@ -1,0 +1,49 @@
+"""The docs stay true to their data and short enough to read: every bench table is
+generated from a record that names its machine and command, and the README fits a
+few screens with no history in it."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from edgespec.bench_record import START, regenerate
+
+ROOT = Path(__file__).parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+HISTORY = re.compile(r"session [0-9]|issue #?[0-9]|earlier run|run 1|run 2", re.IGNORECASE)
+
+
+def test_every_bench_table_regenerates_from_its_record_byte_for_byte():
+    tables = 0
+    for page in PAGES:
+        text = page.read_text()
+        tables += len(START.findall(text))
+        assert regenerate(text, ROOT) == text, f"rerun: python -m edgespec.bench_record {page.relative_to(ROOT)}"
+    assert tables >= 2  # the README's headline and the benchmarks page
+
+
+def test_each_bench_record_names_its_machine_command_and_date():
+    records = sorted((ROOT / "docs" / "bench").glob("*.json"))
+    assert records
+    for path in records:
+        rec = json.loads(path.read_text())
+        assert rec["command"].startswith("edgespec bench") and re.fullmatch(r"\d{4}-\d{2}-\d{2}", rec["date"])
+        assert rec["machine"]["cpu"] and rec["machine"]["logical_cores"] and rec["machine"]["llama_cpp"]
+        assert rec["rows"]
+
+
+def test_the_readme_fits_250_lines_and_the_docs_tell_no_history():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 250
+    for page in PAGES:
+        hits = [line for line in page.read_text().splitlines() if HISTORY.search(line)]
+        assert not hits, f"{page.name}: {hits[:3]}"
+
+
+def test_the_readme_opens_with_the_two_set_up_commands_and_ci_runs_the_second():
+    first_screen = (ROOT / "README.md").read_text().splitlines()[:24]
+    commands = [line for line in first_screen if line.startswith("./install.sh")]
+    assert len(commands) == 2
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "./install.sh --dev" in ci and "python3 -m pytest" in ci
