@@ -72,6 +72,7 @@ def test_ctrl_c_during_fetch_leaves_no_partial_model(tmp_path, stage):
     assert list(tmp_path.iterdir()) == []  # no model, no scratch folder, nothing that a later load could trust
 
 
+@pytest.mark.export
 def test_ctrl_c_during_export_leaves_no_output(tmp_path):
     pytest.importorskip("optimum.exporters.onnx", reason="export extras not installed")
     from tiny_hf import build

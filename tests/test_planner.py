@@ -350,6 +350,7 @@ def test_a_pairs_measured_acceptance_replaces_the_prior(tmp_path, monkeypatch):
     assert n == (60 + calibration.ACCEPT_WINDOW) // 2 and a == 53 // 2  # the rate a blend of old and new
 
 
+@pytest.mark.slow
 def test_a_drafter_that_fits_only_trimmed_is_planned_trimmed_with_the_most_tokens_that_fit():
     from edgespec.planner import TRIM_KS, trim_candidates
 

@@ -86,12 +86,14 @@ def _check(model, drafter):
     return drafted, accepted
 
 
+@pytest.mark.slow
 def test_a_same_vocabulary_drafter_samples_its_drafts_and_the_output_keeps_the_targets_distribution(model):
     drafted, accepted = _check(model, ModelDrafter(Perturbed(model), p_min=0.0))
     assert drafted >= 2 * RUNS  # two tokens drafted in every run's first step
     assert accepted > RUNS
 
 
+@pytest.mark.slow
 def test_a_cross_vocabulary_drafter_samples_its_drafts_and_the_output_keeps_the_targets_distribution(model):
     merged = MergedVocabBackend(model)
     merged.tokenizer.add_bos = True  # it reads the target's context, BOS first, so the two often agree
@@ -113,6 +115,7 @@ class TrimmedPerturbed(Perturbed):
         return super().eval(ids, n_logits)[:, self.vocab_map]
 
 
+@pytest.mark.slow
 def test_a_vocab_trimmed_drafter_samples_its_drafts_and_the_output_keeps_the_targets_distribution(model):
     target = ReferenceBackend(model)
     prompt = target.tokenizer.encode("The cat sat on")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import sys
 import threading
 import time
 from collections import Counter
@@ -114,7 +115,7 @@ def create_app(llm: EdgeSpec, model_id: str, limits: Limits | None = None, api_k
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         authorize(request)
-        req = parse(ChatRequest, await _read_body(request, limits))
+        req = await prompts.run(parse, ChatRequest, await _read_body(request, limits))
         check_common(req, model_id)
         messages = [{"role": "system" if m.role == "developer" else m.role, "content": message_text(m, i)}
                     for i, m in enumerate(req.messages)]
@@ -125,7 +126,7 @@ def create_app(llm: EdgeSpec, model_id: str, limits: Limits | None = None, api_k
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         authorize(request)
-        req = parse(CompletionRequest, await _read_body(request, limits))
+        req = await prompts.run(parse, CompletionRequest, await _read_body(request, limits))
         check_common(req, model_id)
         if req.echo:
             raise ApiError(400, "echo is not supported", param="echo", code="unsupported_parameter")
@@ -285,6 +286,9 @@ class LocalServer:
 
     def run(self, on_ready: Any = None) -> None:
         """Serve in this thread; `on_ready(url)` is called once requests are accepted."""
+        # the event loop shares the GIL with the prompt and model threads: hand it over
+        # every millisecond rather than every five, so /health answers while they work
+        sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
         if on_ready is not None:
             def announce() -> None:
                 while not self.server.started and not self.server.should_exit:

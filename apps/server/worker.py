@@ -98,8 +98,9 @@ class ModelWorker:
 
 
 class PromptWorker:
-    """Chat templates and tokenization run here, off the event loop: a 1 MB prompt
-    takes most of a second to tokenize and /health must answer meanwhile. One
+    """Request parsing, chat templates and tokenization run here, off the event loop:
+    a 1 MB body takes tens of milliseconds to parse and most of a second to tokenize,
+    and /health must answer meanwhile. One
     thread, so hostile requests wait behind each other instead of taking every
     core; past `max_waiting` they get 503."""
 
@@ -107,13 +108,13 @@ class PromptWorker:
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="edgespec-prompt")
         self.max_waiting, self.waiting = max_waiting, 0
 
-    async def run(self, fn: Callable[[Any], list[int]], arg: Any, param: str) -> list[int]:
+    async def run(self, fn: Callable[..., Any], *args: Any, param: str | None = None) -> Any:
         if self.waiting > self.max_waiting:
             raise ApiError(503, f"the server is busy ({self.waiting} prompts being prepared); retry later",
                            kind="server_error", code="queue_full")
         self.waiting += 1
         try:
-            return await asyncio.get_running_loop().run_in_executor(self.pool, fn, arg)
+            return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
         except EdgespecError as e:  # the request's fault: a template error, a loop bomb
             raise ApiError(400, str(e), param=param) from None
         finally:
