@@ -330,11 +330,7 @@ def _checked_once(p: Path, check: Callable[[], None]) -> None:
     except (OSError, ValueError):
         pass
     check()
-    try:
-        stamp.parent.mkdir(parents=True, exist_ok=True)
-        stamp.write_text(json.dumps(key))
-    except OSError:
-        pass  # the check simply runs again next time
+    write_json(stamp, key)  # when the cache is not writable, the check simply runs again next time
 
 
 def _local_stamp(p: Path) -> Path:

@@ -100,9 +100,8 @@ class ModelWorker:
 class PromptWorker:
     """Request parsing, chat templates and tokenization run here, off the event loop:
     a 1 MB body takes tens of milliseconds to parse and most of a second to tokenize,
-    and /health must answer meanwhile. One
-    thread, so hostile requests wait behind each other instead of taking every
-    core; past `max_waiting` they get 503."""
+    and /health must answer meanwhile. One thread, so hostile requests wait behind
+    each other instead of taking every core; past `max_waiting` they get 503."""
 
     def __init__(self, max_waiting: int) -> None:
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="edgespec-prompt")
