@@ -3,7 +3,8 @@
 Two things are learned online:
 - the backend's cost of evaluating a batch of n tokens (seconds), learned from the
   batches decoding runs (or loaded from what earlier runs learned) and refined from
-  every verification; a size not yet measured is priced high (`prior_units`);
+  every verification; a size not yet measured is priced high (`prior_units`), and
+  tried now and then where it would pay at the cheapest rows seen (`OPTIMISTIC_ROW`);
 - the acceptance rate at each draft position, separately for each kind of
   draft (`Draft.key`: lookup with a long match is worth more than with one token).
 
@@ -113,6 +114,9 @@ class AcceptanceModel:
 PRIOR_SECOND_ROW = 0.9
 PRIOR_ROW = 0.8
 LEARN_AFTER = 3  # observations of a size before its median joins the curve
+# The cheapest extra row measured on the project's CPUs (docs/design.md): a size not yet
+# measured is tried when it would pay at this price, so that it gets measured at all
+OPTIMISTIC_ROW = 0.4
 
 
 def prior_units(n: int) -> float:
@@ -217,6 +221,10 @@ class CostModel:
         """The curve as decoding refined it: what the next run starts from."""
         return {n: self.predict(n) for n in self._t}
 
+    def knows(self, n: int) -> bool:
+        """A batch of n tokens is measured (else priced by a prior)."""
+        return n in self._t
+
     @property
     def calibrated(self) -> bool:
         """One token's cost is known: every other size can be priced against it."""
@@ -230,15 +238,18 @@ class CostModel:
     def costs(self) -> np.ndarray:
         """cost[n] for n = 0..max_n (cost[0] unused), interpolated between measured sizes."""
         if self._cache is None:
-            self._cache = self._interpolate()
+            self._cache = self._interpolate(np.array([prior_units(n) for n in range(self.max_n + 1)]))
         return self._cache
 
-    def _interpolate(self) -> np.ndarray:
+    def optimistic_costs(self) -> np.ndarray:
+        """costs(), with every unmeasured size priced at `OPTIMISTIC_ROW` per extra row."""
+        return self._interpolate(np.maximum(0, np.arange(self.max_n + 1) - 1) * OPTIMISTIC_ROW + 1.0)
+
+    def _interpolate(self, prior: np.ndarray) -> np.ndarray:
         """Measured sizes as they are; a size between two measured ones costs what the
         larger does, unless the prior from the smaller one says less; one beyond the
         largest measured one costs that one plus the prior's rows. Without one token's
         cost, the prior alone (in units of one token)."""
-        prior = np.array([prior_units(n) for n in range(self.max_n + 1)])
         if not self.calibrated:
             return prior
         one = self.predict(1)
@@ -308,11 +319,13 @@ class DraftController:
         w = REALIZED_PRIOR * self.cost.predict(1)  # steps that took as long as predicted
         return (r[1] + w) / (r[0] + w)
 
-    def _step_costs(self, k_max: int, draft_seconds: float, per_token_seconds: float) -> np.ndarray:
+    def _step_costs(self, k_max: int, draft_seconds: float, per_token_seconds: float,
+                    optimistic: bool = False) -> np.ndarray:
         """Seconds of a step drafting j = 0..k_max tokens: the verification batch of
         j + 1, plus, for a model drafter, its catch-up and each drafted token
         (j = 0 asks nothing of the drafter)."""
-        c = self.cost.costs()[1 : k_max + 2] + per_token_seconds * np.arange(k_max + 1)
+        batch = self.cost.optimistic_costs() if optimistic else self.cost.costs()
+        c = batch[1 : k_max + 2] + per_token_seconds * np.arange(k_max + 1)
         c[1:] += draft_seconds
         return c
 
@@ -329,6 +342,7 @@ class DraftController:
         gain = e / self._step_costs(k_max, draft_seconds, per_token_seconds)
         gain[1:] *= self.realization(key)
         k = int(np.argmax(gain))
+        k = self._size_to_learn(key, k, e, gain, draft_seconds, per_token_seconds) or k
         if k < self.min_k:
             return min(self.min_k, k_max)
         if k == 0 and explore:
@@ -346,6 +360,18 @@ class DraftController:
                 self._probing.add(key)
                 return 1
         return k
+
+    def _size_to_learn(self, key: str, best: int, e: np.ndarray, gain: np.ndarray, draft_seconds: float,
+                       per_token_seconds: float) -> int:
+        """The shortest draft longer than the `best` choice whose batch size is not measured
+        yet and would beat it if its rows cost `OPTIMISTIC_ROW`; 0 if none. A size never drafted is never
+        measured, and priced by the pessimistic prior it would never be drafted: long drafts
+        would stay out of reach wherever they pay but less than the prior demands.
+        Verified `LEARN_AFTER` times, a size joins the curve and is priced as measured."""
+        k_max = len(e) - 1
+        hopeful = e / self._step_costs(k_max, draft_seconds, per_token_seconds, optimistic=True)
+        hopeful *= self.realization(key)
+        return next((k for k in range(best + 1, k_max + 1) if not self.cost.knows(k + 1) and hopeful[k] > gain[best]), 0)
 
     def expected_gain(self, key: str, available: int, per_token_seconds: float = 0.0) -> float:
         """Best predicted speed-up over plain decoding for a proposal of this kind."""

@@ -1,5 +1,6 @@
 """Adaptive draft length: draft what pays, nothing when nothing does."""
 
+import numpy as np
 import pytest
 
 from edgespec.controller import LEARN_AFTER, AcceptanceModel, CostModel, DraftController, prior_units
@@ -134,6 +135,45 @@ def test_nothing_is_drafted_before_one_tokens_cost_is_known():
     for _ in range(LEARN_AFTER):
         c.cost.observe(1, 0.010)
     assert c.choose("lookup/n4", 4) == 4  # nearly always accepted: pays even at the prior's prices
+
+
+EPYC_UNITS = [0, 1.0, 1.55, 2.14, 2.82, 3.8, 4.3, 4.5, 6.6, 7.4, 7.4]  # a 2-core EPYC's batch costs
+
+
+def _decode(c: DraftController, key: str, accept: float, steps: int, seed: int = 0) -> tuple[list[int], float]:
+    """Draft lengths the controller chose over `steps` steps of a kind accepted with
+    probability `accept` per token, and the speed against plain decoding, on a machine
+    whose batch of n costs EPYC_UNITS[n] tokens."""
+    rng, chosen, tokens, units = np.random.default_rng(seed), [], 0, 0.0
+    for _ in range(steps):
+        k = c.choose(key, 8)
+        n = next((i for i in range(k) if rng.random() > accept), k)
+        c.record(key, k, n, k + 1, 0.080 * EPYC_UNITS[k + 1])
+        chosen.append(k)
+        tokens, units = tokens + n + 1, units + EPYC_UNITS[k + 1]
+    return chosen, tokens / units
+
+
+def _measured_up_to_two() -> DraftController:
+    c = DraftController(max_k=8)
+    c.cost.set_timed({1: 0.080, 2: 0.080 * EPYC_UNITS[2]})
+    return c
+
+
+def test_sizes_never_drafted_are_tried_where_they_might_pay_so_long_drafts_stay_reachable():
+    """Only one and two tokens measured: priced by the prior, a 3-token batch would never
+    be drafted, so never measured. Where a kind verifies nearly everything, the next
+    size is tried until it joins the curve, then drafted as far as its real cost pays."""
+    c = _measured_up_to_two()
+    chosen, speed = _decode(c, "lookup/n8+/c", 0.97, 200)
+    assert c.cost.knows(3) and max(chosen[-100:]) >= 2
+    assert speed > 1.97 / EPYC_UNITS[2]  # more than one-token drafts could give
+
+
+def test_trying_unmeasured_sizes_costs_novel_text_nothing():
+    c = _measured_up_to_two()
+    chosen, speed = _decode(c, "lookup/n1", 0.4, 500)
+    assert speed >= 0.99 and chosen.count(2) <= 3
 
 
 def test_a_drifted_curve_keeps_what_decoding_measured_and_learns_the_rest_again():
