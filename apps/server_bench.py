@@ -25,8 +25,8 @@ from rich.console import Console
 from rich.table import Table
 
 from edgespec import EdgeSpec
-from edgespec.bench import encode_prompt, load_prompts
-from edgespec.store import DEFAULT_MODEL, resolve
+from edgespec.bench.common import encode_prompt, load_prompts
+from edgespec.models.store import DEFAULT_MODEL, resolve
 
 
 def time_api(llm: EdgeSpec, row: dict, max_tokens: int) -> tuple[int, float, float]:

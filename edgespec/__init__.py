@@ -2,13 +2,13 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .api import Completion, EdgeSpec, Stream
-from .backend import Backend, Tokenizer
-from .drafters import Draft, Drafter, make_drafter
-from .engine import Engine
-from .errors import ContextOverflowError, DrafterError, EdgespecError, ModelError
-from .stats import GenerationStats
-from .verifier import SamplingParams
+from edgespec.api import Completion, EdgeSpec, Stream
+from edgespec.drafters import Draft, Drafter, make_drafter
+from edgespec.errors import ContextOverflowError, DrafterError, EdgespecError, ModelError
+from edgespec.spec.backend import Backend, Tokenizer
+from edgespec.spec.engine import Engine
+from edgespec.spec.stats import GenerationStats
+from edgespec.spec.verifier import SamplingParams
 
 try:
     __version__ = version("edgespec")

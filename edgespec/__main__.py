@@ -1,3 +1,3 @@
-from .cli import main
+from edgespec.cli.app import main
 
 main()

@@ -17,16 +17,19 @@ from typing import Iterator, Sequence
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .backend import Backend
-from .controller import DraftController
-from .deadline import DeadlineExceeded, within
-from .drafters import drafter_backends, make_drafter
-from .engine import Engine
-from .errors import ContextOverflowError, EdgespecError
-from .footprint import peak_rss, process_rss
-from .planner import Plan, make_plan, named_drafters
-from .stats import GenerationStats
-from .verifier import SamplingParams
+from edgespec.deadline import DeadlineExceeded, within
+from edgespec.drafters import make_drafter
+from edgespec.errors import ContextOverflowError, EdgespecError
+from edgespec.memory.footprint import peak_rss, process_rss
+from edgespec.memory.planner import Plan, make_plan, named_drafters
+from edgespec.models.store import resolve
+from edgespec.runtimes import open_backend
+from edgespec.spec.backend import Backend
+from edgespec.spec.controller import DraftController
+from edgespec.spec.drafter import drafter_backends
+from edgespec.spec.engine import Engine
+from edgespec.spec.stats import GenerationStats
+from edgespec.spec.verifier import SamplingParams
 
 TEMPLATE_BUDGET_S = 1.0  # a chat template renders in milliseconds; past this it is a loop bomb
 
@@ -120,11 +123,9 @@ class EdgeSpec:
                                     "not a Backend, or name one drafter")
             self.backend = model
         else:
-            from .runtimes import open_backend
-            from .runtimes.llamacpp import _init_backend
-            from .store import resolve
+            from edgespec.runtimes.llamacpp import init_backend
 
-            _init_backend(device)  # llama.cpp sets its devices up once, before planning asks it anything
+            init_backend(device)  # llama.cpp sets its devices up once, before planning asks it anything
             path = resolve(model, fetch_missing=fetch, quiet=quiet)
             self.plan = make_plan(path, drafter, n_ctx, max_draft, memory_budget, device)
             if self.plan is not None:

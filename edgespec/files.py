@@ -11,13 +11,14 @@ day is removed, and an old folder whose replacement never arrived is put back.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 STALE_S = 24 * 3600  # a scratch folder this old belongs to no running process
 
@@ -113,3 +114,13 @@ def write_json(path: Path, value: object) -> bool:
         with contextlib.suppress(OSError):
             tmp.unlink()
         return False
+
+
+def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            if progress:
+                progress(len(chunk))
+    return h.hexdigest()

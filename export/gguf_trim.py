@@ -16,29 +16,34 @@ against a budget, should not keep.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Sequence
 
+import gguf
 import numpy as np
 
-from ..errors import EdgespecError
-from ..files import locked, replace_folder, scratch_beside
-from .source import ExportError
-from .gguf_writer import add_as_is, write_out
-from .vocabtrim import default_calibration, save_input_embedding, trim_from_counts, write_vocab_map
+from edgespec.errors import EdgespecError, ModelError
+from edgespec.export.gguf_writer import add_as_is, copy_fields, write_out
+from edgespec.export.source import ExportError
+from edgespec.export.vocabtrim import default_calibration, save_input_embedding, trim_from_counts, write_vocab_map
+from edgespec.files import locked, replace_folder, scratch_beside, sha256_file
+from edgespec.models.export_check import MANIFEST, file_digests
+from edgespec.models.gguf_check import read_gguf
+from edgespec.models.store import cache_dir
 
 HEADS = ("token_embd.weight", "output.weight")
-_PER_TOKEN = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores")
 
 
 def count_tokens(model_path: Path, texts: Sequence[str], chunk: int = 128) -> np.ndarray:
     """Each text token and each of the model's greedy next-token predictions (teacher-forced),
     counted once, as `vocabtrim.token_counts` does in transformers."""
-    from ..runtimes.llamacpp import LlamaCppBackend
+    from edgespec.runtimes.llamacpp import LlamaCppBackend
 
     with LlamaCppBackend(model_path, n_ctx=chunk, n_batch=chunk) as b:
         counts = np.zeros(b.n_vocab, dtype=np.int64)
@@ -52,37 +57,9 @@ def count_tokens(model_path: Path, texts: Sequence[str], chunk: int = 128) -> np
     return counts
 
 
-def copy_fields(w, reader, keep: np.ndarray | None = None, prefix: str = "") -> None:
-    """Metadata of `reader` into writer `w` with its value types; with `keep`, per-token
-    arrays cut to those ids and special-token ids renumbered (a special token not kept
-    is dropped). The writer sets the architecture and alignment itself."""
-    import gguf
-
-    new_id = {int(t): i for i, t in enumerate(keep)} if keep is not None else None
-    for key, field in reader.fields.items():
-        if not key.startswith(prefix) or key.startswith("GGUF.") or key in ("general.architecture",
-                                                                             "general.alignment"):
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        value = field.contents()
-        if new_id is not None and key in _PER_TOKEN:
-            value = [value[int(i)] for i in keep]
-        elif new_id is not None and key.endswith("_token_id") and key.startswith("tokenizer."):
-            if int(value) not in new_id:
-                continue
-            value = new_id[int(value)]
-        elif new_id is not None and key.endswith(".vocab_size"):
-            value = len(keep)
-        w.add_key_value(key, value, vtype, sub)
-
-
 def trim_gguf(src: Path, keep: np.ndarray, out: Path, reader=None) -> None:
     """`src` (read already: `reader`) with its vocabulary, token embedding and LM head cut to
     `keep` (in that order) into `out`; its full token embedding goes to input_embd.gguf beside it."""
-    import gguf
-
-    from ..gguf_check import read_gguf
 
     r = reader if reader is not None else read_gguf(src)
     arch = str(r.fields["general.architecture"].contents())
@@ -107,11 +84,6 @@ def trim_gguf(src: Path, keep: np.ndarray, out: Path, reader=None) -> None:
 def write_trimmed(src: Path, k: int, out: Path, texts: Sequence[str] | None = None) -> dict:
     """An export folder holding `src` trimmed to its K most used tokens (see module doc);
     written in a scratch folder renamed into place, so an interrupted trim leaves nothing."""
-    import gguf
-
-    from ..export_check import MANIFEST, file_digests
-    from ..gguf_check import read_gguf
-    from ..store import sha256_file
 
     src, out = Path(src), Path(out)
     t0 = time.perf_counter()
@@ -147,9 +119,6 @@ def write_trimmed(src: Path, k: int, out: Path, texts: Sequence[str] | None = No
 def cached_trim(src: Path, k: int) -> Path:
     """The model file of `src` trimmed to K tokens, built on first use (in a child process,
     see the module doc) into the cache, where a later plan finds it."""
-    import hashlib
-
-    from ..store import cache_dir
 
     src = Path(src).resolve()
     st = src.stat()
@@ -166,9 +135,6 @@ def cached_trim(src: Path, k: int) -> Path:
 
 
 def _trim_in_child(src: Path, k: int, folder: Path) -> None:
-    import subprocess
-
-    from ..errors import ModelError
 
     model = folder / "model.gguf"
     print(f"edgespec: trimming {src.name} to its {k} most used tokens (VocabTrim) to fit the memory budget; "
@@ -183,8 +149,6 @@ def drop_stale_trims(trimmed: Path, keep: Path) -> list[Path]:
     """Remove trims no plan can find again: their source is gone, or is the same path
     as `keep`'s but has changed since (a new download), so their key no longer matches.
     Each is 100-400 MB; trims of a current source at other K stay, for other budgets."""
-    from ..export_check import MANIFEST
-
     def source(folder: Path) -> str | None:
         try:
             return json.loads((folder / MANIFEST).read_text()).get("source")

@@ -17,11 +17,39 @@ import re
 from pathlib import Path
 from typing import Callable
 
+import gguf
 import numpy as np
 
-from .source import ExportError, kv_heads
+from edgespec.export.source import ExportError, kv_heads
+from edgespec.models.gguf_check import read_gguf
 
 GGUF_QUANTS = ("f16", "q8_0", "q4_k_m", "tq2_0", "tq1_0")  # TQ: llama.cpp's ternary types
+
+
+_PER_TOKEN = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores")
+
+
+def copy_fields(w, reader, keep: np.ndarray | None = None, prefix: str = "") -> None:
+    """Metadata of `reader` into writer `w` with its value types; with `keep`, per-token
+    arrays cut to those ids and special-token ids renumbered (a special token not kept
+    is dropped). The writer sets the architecture and alignment itself."""
+    new_id = {int(t): i for i, t in enumerate(keep)} if keep is not None else None
+    for key, field in reader.fields.items():
+        if not key.startswith(prefix) or key.startswith("GGUF.") or key in ("general.architecture",
+                                                                             "general.alignment"):
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        value = field.contents()
+        if new_id is not None and key in _PER_TOKEN:
+            value = [value[int(i)] for i in keep]
+        elif new_id is not None and key.endswith("_token_id") and key.startswith("tokenizer."):
+            if int(value) not in new_id:
+                continue
+            value = new_id[int(value)]
+        elif new_id is not None and key.endswith(".vocab_size"):
+            value = len(keep)
+        w.add_key_value(key, value, vtype, sub)
 
 
 def add_as_is(w, name: str, data: np.ndarray, qtype) -> None:
@@ -51,8 +79,6 @@ def write_gguf(model, checkpoint: Path, out: Path, tokenizer_gguf: Path | None =
     `keep` (VocabTrim) cuts the vocabulary, token embedding and LM head to those
     ids, in that order (see vocabtrim.py).
     """
-    import gguf
-
     cfg = model.config
     arch = cfg.model_type
     if arch not in ("llama", "qwen2"):
@@ -104,9 +130,6 @@ def write_gguf(model, checkpoint: Path, out: Path, tokenizer_gguf: Path | None =
 
 def _copy_tokenizer(w, src: Path, keep: np.ndarray | None = None) -> None:
     """Every tokenizer.* key of the source GGUF, with its original value types."""
-    from ..gguf_check import read_gguf
-    from .gguf_trim import copy_fields
-
     copy_fields(w, read_gguf(src), keep, prefix="tokenizer.")
 
 
@@ -119,8 +142,6 @@ _PRE_BY_REGEX = {
 
 
 def _tokenizer_from_hf(w, folder: Path, n_vocab: int, keep: np.ndarray | None = None) -> None:
-    import gguf
-
     path = folder / "tokenizer.json"
     spec = json.loads(path.read_text(encoding="utf-8"))
     model = spec.get("model", {})
@@ -162,13 +183,13 @@ def quantize_gguf(f16: Path, out: Path, quant: str, threads: int | None = None) 
     """llama.cpp's own quantizer (llama_model_quantize) from an f16 GGUF."""
     import llama_cpp as ll
 
-    from ..runtimes.llamacpp import _init_backend, default_threads
+    from edgespec.runtimes.llamacpp import init_backend, default_threads
 
     ftypes = {"q8_0": ll.LLAMA_FTYPE_MOSTLY_Q8_0, "q4_k_m": ll.LLAMA_FTYPE_MOSTLY_Q4_K_M,
               "tq2_0": ll.LLAMA_FTYPE_MOSTLY_TQ2_0, "tq1_0": ll.LLAMA_FTYPE_MOSTLY_TQ1_0}
     if quant not in ftypes:
         raise ExportError(f"unknown GGUF quantization {quant!r}; choose one of: {', '.join(GGUF_QUANTS)}")
-    _init_backend()
+    init_backend()
     params = ll.llama_model_quantize_default_params()
     params.ftype = ftypes[quant]
     params.nthread = threads or default_threads()

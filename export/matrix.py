@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .pipeline import ExportPlan, Stages, load_source, run_export
+from edgespec.export.pipeline import ExportPlan, Stages, load_source, run_export
 
 FORMATS = [("onnx", "fp32"), ("onnx", "int8-dynamic"), ("onnx", "int8-weight-only"), ("onnx", "int4"),
            ("onnx", "int4-b128"), ("gguf", "f16"), ("gguf", "q8_0"), ("gguf", "q4_k_m")]

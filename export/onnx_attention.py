@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .onnx_export import save_in_place
+from edgespec.export.onnx_export import save_in_place
+from edgespec.runtimes.onnxruntime import SEQLENS, TOTAL
 
 _PASS_THROUGH = ("Transpose", "Mul", "Div")  # between the repeated K and its MatMul: K^T and the scale
 
@@ -175,8 +176,6 @@ def _prune(g) -> None:
 
 # -- GroupQueryAttention with the cache written in place ------------------------------
 
-SEQLENS = "seqlens_k"  # per sequence: tokens in the cache after this run, minus one
-TOTAL = "total_sequence_length"  # tokens in the cache after this run
 _SCALES = ("Mul", "Div")
 _SCORES_TO_PROBS = {"Reshape", "Add", "Softmax", "IsNaN", "Where", "Cast"}  # the mask, softmax, NaN guard
 

@@ -4,11 +4,12 @@ onnxruntime's own quantizers."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 import warnings
 from pathlib import Path
 
-from .source import ExportError
+from edgespec.export.source import ExportError
 
 ONNX_QUANTS = ("fp32", "int8", "int8-dynamic", "int8-weight-only", "int4", "int4-b32", "int4-b128",
                "int4-f32", "int4-b128-f32")
@@ -72,8 +73,6 @@ def quantize_onnx(fp32_dir: Path, out: Path, quant: str) -> Path:
       dequantized at every call): dearer single steps, cheaper extra rows, so
       k-token verification batches cost little more than one token.
     """
-    import logging
-
     import onnx
 
     logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)

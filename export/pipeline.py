@@ -17,12 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from ..export_check import MANIFEST, file_digests
-from ..files import replace_folder, scratch_beside
-from .gguf_writer import GGUF_QUANTS, quantize_gguf, write_gguf
-from .onnx_attention import fold_grouped_query_attention, fuse_group_query_attention
-from .onnx_export import ONNX_QUANTS, export_onnx, quantize_onnx
-from .source import ExportError, Source, kv_heads, load_model, open_source, sliding_window, stage_checkpoint
+from edgespec.export.gguf_writer import GGUF_QUANTS, quantize_gguf, write_gguf
+from edgespec.export.onnx_attention import fold_grouped_query_attention, fuse_group_query_attention
+from edgespec.export.onnx_export import ONNX_QUANTS, export_onnx, quantize_onnx
+from edgespec.export.source import ExportError, Source, kv_heads, load_model, open_source, stage_checkpoint
+from edgespec.export.ternary_export import TERNARY_FILE, write_ternary
+from edgespec.export.validate import compare, export_logits, source_logits, validation_text
+from edgespec.export.vocabtrim import plan_trim, trim_onnx, write_input_embedding, write_vocab_map
+from edgespec.files import replace_folder, scratch_beside, sha256_file
+from edgespec.models.export_check import MANIFEST, file_digests
+from edgespec.runtimes.onnxruntime import sliding_window
 
 TERNARY_QUANTS = ("b1.58",)  # BitNet b1.58 absmean ternary, int8 activations
 
@@ -102,8 +106,6 @@ class Stages:
 
 def source_sha256(source: Source) -> str:
     """sha256 of a GGUF file; for a checkpoint, of its weight files' digests in name order."""
-    from ..store import sha256_file
-
     if source.kind == "gguf":
         return sha256_file(source.path)
     files = sorted([*source.path.glob("*.safetensors"), *source.path.glob("*.bin")])
@@ -161,8 +163,6 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
         result.mkdir()
         keep, trim, ternary_info, gqa_folded, gqa_fused = None, None, None, None, None
         if plan.trim_vocab is not None:
-            from .vocabtrim import plan_trim, write_vocab_map
-
             with stages.stage(f"counting token use for VocabTrim (K = {plan.trim_vocab})"):
                 keep, trim = plan_trim(model, tok, plan.trim_vocab, plan.calib)
             # inputs stay full-vocabulary ids: ONNX keeps its embedding, GGUF reads input_embd.gguf
@@ -180,8 +180,6 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
                     gqa_fused = fuse_group_query_attention(fp32 / "model.onnx", model.config.num_attention_heads,
                                                            kv_heads(model.config))
             if keep is not None:
-                from .vocabtrim import trim_onnx
-
                 with stages.stage(f"trimming the LM head to {len(keep)} rows"):
                     trim_onnx(fp32 / "model.onnx", keep)
             if plan.quant != "fp32":
@@ -189,8 +187,6 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
                     quantize_onnx(fp32, result, plan.quant)
             model_file = result / "model.onnx"
         elif plan.to == "ternary":
-            from .ternary_export import TERNARY_FILE, write_ternary
-
             with stages.stage("ternarizing and packing the block projections (TLMM, G = 3)"):
                 ternary_info = write_ternary(model, checkpoint, result)
             model_file = result / TERNARY_FILE
@@ -203,16 +199,12 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
                 with stages.stage(f"quantizing GGUF to {plan.quant} (llama.cpp)"):
                     quantize_gguf(f16, result / "model.gguf", plan.quant, plan.threads)
             if keep is not None:
-                from .vocabtrim import write_input_embedding
-
                 with stages.stage("writing the full input embedding beside the trimmed model"):
                     write_input_embedding(result, model.get_input_embeddings().weight.detach().float().numpy(),
                                           source.arch, exact=plan.quant == "f16")
             model_file = result / "model.gguf"
         validation = None
         if plan.validate:
-            from .validate import compare, export_logits, source_logits, validation_text
-
             with stages.stage("validating against the source"):
                 ids = tok(validation_text(), add_special_tokens=False)["input_ids"]
                 ids = ids[: min(512, model.config.max_position_embeddings - 16)]

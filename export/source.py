@@ -9,7 +9,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import EdgespecError, ModelError
+from edgespec.errors import EdgespecError, ModelError
+from edgespec.models.gguf_check import check_gguf, read_gguf
+from edgespec.models.store import MODELS, resolve
 
 # what the GGUF writer maps (ONNX export through optimum would take more, but the
 # exports are validated against these paths only)
@@ -37,8 +39,6 @@ class Source:
 
 def open_source(src: str | os.PathLike) -> Source:
     """Check what SRC is before anything heavy is loaded."""
-    from ..store import MODELS, resolve
-
     p = Path(src).expanduser()
     if str(src) in MODELS and not p.exists():
         p = resolve(str(src))
@@ -47,7 +47,6 @@ def open_source(src: str | os.PathLike) -> Source:
     if p.is_file():
         if p.suffix.lower() != ".gguf":
             raise ExportError(f"{p} is neither a Hugging Face checkpoint folder nor a .gguf file")
-        from ..gguf_check import check_gguf
 
         arch = check_gguf(p).architecture
         _check_arch(arch, p)
@@ -75,12 +74,6 @@ def _check_arch(arch: str, p: Path) -> None:
 def kv_heads(config) -> int:
     """KV heads of a transformers config; one without `num_key_value_heads` has one per query head."""
     return getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-
-
-def sliding_window(config: dict) -> bool:
-    """Whether a model's attention (its config.json, as a dict) is limited to a window;
-    Qwen2 configs name a window they do not use."""
-    return bool(config.get("sliding_window") and config.get("use_sliding_window", True))
 
 
 def load_model(source: Source):
@@ -118,7 +111,6 @@ def stage_checkpoint(source: Source, model, tok, workdir: Path) -> Path:
     # transformers' GGUF tokenizer conversion turns BOS on and names <|im_start|> as EOS for
     # SmolLM2, whatever the file says: keep the file's own choices, so every export
     # tokenizes and stops as the source did
-    from ..gguf_check import read_gguf
 
     fields = read_gguf(source.path).fields
     cfg_path = out / "tokenizer_config.json"

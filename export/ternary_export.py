@@ -18,31 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..runtimes.tlmm import PackedTernary, pack, ternarize
+from edgespec.runtimes.fpga.tlmm import TERNARY_FILE, pack, save_packed, ternarize
 
-TERNARY_FILE = "model.ternary.npz"
 G = 3
 # the decoder-block projections of llama and qwen2 checkpoints
 LINEAR = re.compile(r"model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.weight$")
-
-
-def save_packed(arrays: dict, name: str, p: PackedTernary) -> None:
-    e = p.entry
-    if e.shape[1] % 2:
-        e = np.pad(e, ((0, 0), (0, 1)))
-    arrays[f"{name}.entry"] = (e[:, 0::2] | (e[:, 1::2] << 4)).astype(np.uint8)  # 14 entries fit 4 bits
-    arrays[f"{name}.sign"] = np.packbits(p.sign < 0, axis=1)
-    arrays[f"{name}.scale"] = np.float64(p.scale)
-    arrays[f"{name}.shape"] = np.array([*p.entry.shape, p.n_in, p.g])
-
-
-def load_packed(z, name: str) -> PackedTernary:
-    out, groups, n_in, g = (int(v) for v in z[f"{name}.shape"])
-    e = z[f"{name}.entry"]
-    entry = np.empty((out, e.shape[1] * 2), np.uint8)
-    entry[:, 0::2], entry[:, 1::2] = e & 0x0F, e >> 4
-    neg = np.unpackbits(z[f"{name}.sign"], axis=1, count=groups).astype(bool)
-    return PackedTernary(entry[:, :groups], np.where(neg, -1, 1).astype(np.int8), g, n_in, float(z[f"{name}.scale"]))
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .vocabtrim import expand_logits, to_trimmed
+from edgespec.export.vocabtrim import expand_logits, to_trimmed
+from edgespec.runtimes import open_backend
 
 
 def validation_text() -> str:
@@ -35,8 +36,6 @@ def export_logits(path: Path, ids: list[int], threads: int | None = None, trim: 
     A VocabTrim'd export has logits for its kept tokens only; they are scattered
     back into the full vocabulary (the rest at -inf) so both compare column by column.
     """
-    from ..runtimes import open_backend
-
     feed = list(ids) if trim is None else to_trimmed(ids, trim)
     with open_backend(path, n_ctx=len(ids) + decode_steps + 16, threads=threads) as b:
         logits = np.array(b.eval(feed), dtype=np.float32)

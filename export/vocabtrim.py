@@ -28,12 +28,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Sequence
 
+import gguf
 import numpy as np
 
-from .source import ExportError
+from edgespec.export.gguf_writer import add_as_is, write_out
+from edgespec.export.onnx_export import save_in_place
+from edgespec.export.source import ExportError
+from edgespec.runtimes.vocab_map import INPUT_EMBEDDING, VOCAB_MAP, input_table, map_inputs
 
-VOCAB_MAP = "vocab_map.json"
-INPUT_EMBEDDING = "input_embd.gguf"
 
 
 def default_calibration() -> list[str]:
@@ -96,21 +98,9 @@ def write_vocab_map(folder: Path, keep: np.ndarray, inputs_trimmed: bool) -> Non
     (folder / VOCAB_MAP).write_text(json.dumps({"ids": keep.tolist(), "inputs_trimmed": inputs_trimmed}))
 
 
-def read_vocab_map(model_path: Path) -> tuple[np.ndarray | None, bool]:
-    """(ids, inputs_trimmed) of a VocabTrim'd model: logits row i is token ids[i];
-    (None, False) for a model with its full vocabulary."""
-    path = Path(model_path).parent / VOCAB_MAP
-    if not path.is_file():
-        return None, False
-    data = json.loads(path.read_text())
-    return np.asarray(data["ids"], dtype=np.int64), bool(data.get("inputs_trimmed"))
-
-
 def write_input_embedding(folder: Path, weight: np.ndarray, arch: str, exact: bool) -> None:
     """The untrimmed [vocab, hidden] input embedding: F16 beside an f16 export, else Q8_0
     (finer than the model's own 4- or 8-bit rows; a quarter of a float32 copy)."""
-    import gguf
-
     qtype = gguf.GGMLQuantizationType.F16 if exact else gguf.GGMLQuantizationType.Q8_0
     rows = [gguf.quants.quantize(np.asarray(weight[s : s + 8192], dtype=np.float32), qtype)
             for s in range(0, len(weight), 8192)]  # in slices: a float32 copy of Qwen's is 545 MB
@@ -119,51 +109,16 @@ def write_input_embedding(folder: Path, weight: np.ndarray, arch: str, exact: bo
 
 def save_input_embedding(folder: Path, arch: str, rows: np.ndarray, qtype) -> None:
     """input_embd.gguf in `folder`: the full token embedding, `rows` already of type `qtype`."""
-    import gguf
-
-    from .gguf_writer import add_as_is, write_out
 
     w = gguf.GGUFWriter(str(folder / INPUT_EMBEDDING), arch)
     add_as_is(w, "token_embd.weight", rows, qtype)
     write_out(w)
 
 
-class InputEmbedding:
-    """The rows of `input_embd.gguf`, read from the mapped file as tokens need them."""
-
-    def __init__(self, path: Path) -> None:
-        import gguf
-
-        t = gguf.GGUFReader(str(path)).tensors[0]
-        self._data, self._type = t.data, t.tensor_type
-        self.n_vocab = len(t.data)
-        self.n_embd = int(t.shape[0])  # GGUF lists the row length first
-
-    @classmethod
-    def beside(cls, model_path: Path) -> "InputEmbedding | None":
-        path = Path(model_path).parent / INPUT_EMBEDDING
-        return cls(path) if path.is_file() else None
-
-    def check(self, ids: Sequence[int]) -> None:
-        ids = np.asarray(ids, dtype=np.int64)
-        if len(ids) and (ids.min() < 0 or ids.max() >= self.n_vocab):
-            raise ValueError(f"token id out of range for an embedding of {self.n_vocab} rows")
-
-    def rows(self, ids: Sequence[int]) -> np.ndarray:
-        """[len(ids), hidden] float32."""
-        import gguf
-
-        self.check(ids)
-        return np.ascontiguousarray(gguf.quants.dequantize(self._data[np.asarray(ids)], self._type),
-                                    dtype=np.float32)
-
-
 def trim_onnx(model_path: Path, keep: np.ndarray) -> None:
     """Slice the weight of the MatMul that produces `logits` to the kept columns."""
     import onnx
     from onnx import numpy_helper
-
-    from .onnx_export import save_in_place
 
     m = onnx.load(str(model_path))
     g = m.graph
@@ -188,21 +143,6 @@ def trim_onnx(model_path: Path, keep: np.ndarray) -> None:
         if out.name == "logits":
             out.type.tensor_type.shape.dim[-1].dim_value = len(keep)
     save_in_place(m, model_path)
-
-
-def input_table(keep: np.ndarray) -> np.ndarray:
-    """Target id -> input id of a GGUF trimmed to `keep`. A token outside the kept set
-    becomes the least frequent kept one: the drafter guesses worse after it, the
-    target still verifies, so output is unchanged."""
-    keep = np.asarray(keep)
-    table = np.full(int(keep.max()) + 1, len(keep) - 1, dtype=np.int64)
-    table[keep] = np.arange(len(keep))
-    return table
-
-
-def map_inputs(ids: Sequence[int], table: np.ndarray, n_kept: int) -> list[int]:
-    """`ids` through `input_table`; ids beyond the table fall back like any dropped token."""
-    return [int(table[i]) if i < len(table) else n_kept - 1 for i in ids]
 
 
 def to_trimmed(ids: Sequence[int], trim: dict) -> list[int]:

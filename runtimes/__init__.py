@@ -3,24 +3,10 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-from ..backend import Backend
-from ..errors import ModelError
-
-
-def model_file(path: str | os.PathLike) -> Path:
-    """The file a backend loads: the path itself, or the model inside an export folder."""
-    p = Path(path)
-    if not p.is_dir():
-        return p
-    for name in ("model.onnx", "model.gguf", "model.ternary.npz"):
-        if (p / name).is_file():
-            return p / name
-    ggufs = sorted(p.glob("*.gguf"))
-    if len(ggufs) == 1:
-        return ggufs[0]
-    raise ModelError(f"{p} holds no model.onnx, model.ternary.npz or single .gguf file")
+from edgespec.errors import ModelError
+from edgespec.models.store import model_file
+from edgespec.spec.backend import Backend
 
 
 def open_backend(path: str | os.PathLike, n_ctx: int = 4096, threads: int | None = None, device: str = "cpu",
@@ -35,8 +21,8 @@ def open_backend(path: str | os.PathLike, n_ctx: int = 4096, threads: int | None
     if f.suffix.lower() == ".onnx":
         if llama_options:
             raise ModelError(f"{f} is an ONNX model: memory plans ({', '.join(llama_options)}) apply to GGUF models")
-        from .devices import onnx_providers
-        from .onnxruntime import OnnxBackend
+        from edgespec.runtimes.gpu.devices import onnx_providers
+        from edgespec.runtimes.onnxruntime import OnnxBackend
 
         placed = onnx_providers(device, options=ep_options, threads=threads)
         backend = OnnxBackend(f, n_ctx=n_ctx, n_threads=threads, providers=placed.providers)
@@ -49,9 +35,9 @@ def open_backend(path: str | os.PathLike, n_ctx: int = 4096, threads: int | None
             raise ModelError(f"{f} is a ternary export: memory plans ({', '.join(llama_options)}) apply to GGUF models")
         if device != "cpu":
             raise ModelError(f"{f} is a ternary export: it runs on the FPGA simulation, not on --device {device}")
-        from .fpga_sim import open_ternary
+        from edgespec.runtimes.fpga.sim import open_ternary
 
         return open_ternary(f.parent, n_ctx=n_ctx)
-    from .llamacpp import LlamaCppBackend
+    from edgespec.runtimes.llamacpp import LlamaCppBackend
 
     return LlamaCppBackend(f, n_ctx=n_ctx, n_threads=threads, device=device, **llama_options)

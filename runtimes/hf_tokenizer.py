@@ -12,8 +12,8 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from ..backend import Tokenizer
-from ..errors import ModelError
+from edgespec.errors import ModelError
+from edgespec.spec.backend import Tokenizer
 
 
 @lru_cache(maxsize=1)

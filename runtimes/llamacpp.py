@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 import sys
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
-
-from ..backend import Backend, Tokenizer
-from ..errors import ContextOverflowError, ModelError
-from ..export.vocabtrim import InputEmbedding, read_vocab_map
-
 import llama_cpp as ll
+import numpy as np
+import psutil
+
+from edgespec.errors import ContextOverflowError, ModelError
+from edgespec.models.facts import ModelFacts
+from edgespec.runtimes.gpu.devices import gpu_layers, place, prepare
+from edgespec.runtimes.kv_cache import KV_TYPES
+from edgespec.runtimes.vocab_map import InputEmbedding, read_vocab_map
+from edgespec.spec.backend import Backend, Tokenizer
 
 _GGML_LOG_ERROR = 4  # ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5
 _last_level = 0
@@ -41,13 +45,11 @@ _backend_ready = False
 _KV_GGML_TYPE = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml.h: GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0
 
 
-def _init_backend(device: str = "cpu") -> None:
+def init_backend(device: str = "cpu") -> None:
     """Once per process: quiet logging, then the device setup (which the registry reads
     when it starts, inside llama_backend_init), then llama.cpp itself."""
     global _backend_ready
     if not _backend_ready:
-        from .devices import prepare
-
         ll.llama_log_set(_log, ctypes.c_void_p(0))
         prepare(device)
         ll.llama_backend_init()
@@ -55,8 +57,6 @@ def _init_backend(device: str = "cpu") -> None:
 
 
 def default_threads() -> int:
-    import psutil
-
     return max(1, psutil.cpu_count(logical=False) or os.cpu_count() or 1)
 
 
@@ -150,7 +150,7 @@ class LlamaCppBackend(Backend):
         GPU the reservation is resident in full (311 MB for Qwen's vocabulary at n_batch 512).
         A call asking for more rows is split into several decodes (llama.cpp aborts otherwise).
 
-        `device` is cpu, gpu, npu or auto (runtimes/devices.py): on a GPU, `n_gpu_layers`
+        `device` is cpu, gpu, npu or auto (runtimes/gpu/devices.py): on a GPU, `n_gpu_layers`
         layers are offloaded (all by default; the memory planner may give fewer); where
         no GPU exists the model runs on the CPU and `notice` says why."""
         if kv_type not in _KV_GGML_TYPE:
@@ -158,9 +158,7 @@ class LlamaCppBackend(Backend):
         if load not in ("mmap", "read"):
             raise ValueError(f"unknown load mode {load!r}; choose mmap or read")
         flash_attn = flash_attn or kv_type != "f16"
-        from .devices import place
-
-        _init_backend(device)
+        init_backend(device)
         self.placement = place(device)
         self.notice = self.placement.notice
         self.path = Path(model_path)
@@ -174,9 +172,6 @@ class LlamaCppBackend(Backend):
         self._devices = (ctypes.c_void_p * (len(gpus) + 1))(*gpus, None)
         mp.devices = ctypes.cast(self._devices, dict(ll.llama_model_params._fields_)["devices"])
         if gpus and n_gpu_layers is None:  # as many layers as the GPU's free memory holds
-            from ..footprint import ModelFacts
-            from ..planner import gpu_layers
-
             n_gpu_layers = gpu_layers(ModelFacts.from_gguf(self.path), self.placement.gpus[0].free, n_ctx, kv_type)
         mp.n_gpu_layers = n_gpu_layers if gpus else 0
         mp.load_mode = ll.LLAMA_LOAD_MODE_MMAP if load == "mmap" else ll.LLAMA_LOAD_MODE_NONE
@@ -303,8 +298,6 @@ class LlamaCppBackend(Backend):
         return True
 
     def cost_key(self) -> str:
-        import platform
-
         st = self.path.stat()
         cpu = ""
         try:
@@ -318,8 +311,6 @@ class LlamaCppBackend(Backend):
                                   self.device, self.n_gpu_layers]))
 
     def kv_bytes_per_token(self) -> int:
-        from ..footprint import KV_TYPES
-
         head_dim = self.n_embd // max(1, self.n_head)
         return int(self.n_layer * 2 * self.n_head_kv * head_dim * KV_TYPES[self.kv_type])  # K and V
 

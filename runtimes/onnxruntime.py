@@ -28,15 +28,24 @@ from typing import Sequence
 
 import numpy as np
 
-from ..backend import Backend
-from ..errors import ContextOverflowError, ModelError
-from ..export.onnx_attention import SEQLENS, TOTAL
-from ..export.source import sliding_window
-from ..export.vocabtrim import read_vocab_map
-from .hf_tokenizer import HFTokenizer
+from edgespec.errors import ContextOverflowError, ModelError
+from edgespec.runtimes.hf_tokenizer import HFTokenizer
+from edgespec.runtimes.vocab_map import read_vocab_map
+from edgespec.spec.backend import Backend
 
 _NP_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
              "tensor(int32)": np.int32}
+
+
+# inputs of an export whose attention writes a preallocated cache in place (GroupQueryAttention)
+SEQLENS = "seqlens_k"  # per sequence: tokens in the cache after this run, minus one
+TOTAL = "total_sequence_length"  # tokens in the cache after this run
+
+
+def sliding_window(config: dict) -> bool:
+    """Whether a model's attention (its config.json, as a dict) is limited to a window;
+    Qwen2 configs name a window they do not use."""
+    return bool(config.get("sliding_window") and config.get("use_sliding_window", True))
 
 
 class OnnxBackend(Backend):
@@ -53,7 +62,7 @@ class OnnxBackend(Backend):
     ) -> None:
         import onnxruntime as ort
 
-        from .llamacpp import default_threads
+        from edgespec.runtimes.llamacpp import default_threads
 
         self.path = Path(model_path)
         if not self.path.is_file():

@@ -15,8 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..backend import Backend, Tokenizer
-from ..errors import ContextOverflowError
+from edgespec.errors import ContextOverflowError
+from edgespec.spec.backend import Backend, Tokenizer
 
 
 class ByteTokenizer(Tokenizer):

@@ -7,9 +7,9 @@ from typing import Sequence
 import numpy as np
 import pytest
 
-from edgespec.backend import Backend
-from edgespec.controller import DraftController
 from edgespec.runtimes.reference import ByteTokenizer, ReferenceBackend, ReferenceModel
+from edgespec.spec.backend import Backend
+from edgespec.spec.controller import DraftController
 
 
 class ScriptedBackend(Backend):
@@ -68,7 +68,7 @@ def reference_backend() -> ReferenceBackend:
 @pytest.fixture(scope="session")
 def smollm2_path():
     """The real SmolLM2-135M GGUF from the model store (fetched and verified once)."""
-    from edgespec.store import resolve
+    from edgespec.models.store import resolve
 
     return resolve("smollm2-135m", quiet=True)
 

@@ -25,7 +25,7 @@ def test_models_list_names_the_four_models():
 def test_models_list_shows_every_full_name_in_80_columns():
     import os
 
-    from edgespec.store import MODELS
+    from edgespec.models.store import MODELS
 
     r = edgespec("models", "list", env={**os.environ, "COLUMNS": "80"})
     assert r.returncode == 0 and max(map(len, r.stdout.splitlines())) <= 80
@@ -61,7 +61,7 @@ def test_bad_prompts_file(tmp_path):
 def test_the_held_out_prompts_load_as_a_bench_workload():
     from importlib import resources
 
-    from edgespec.bench import load_prompts
+    from edgespec.bench.common import load_prompts
 
     held_out = resources.files("edgespec").joinpath("data/heldout_prompts.jsonl")
     rows = load_prompts(Path(str(held_out)))
@@ -160,7 +160,7 @@ def test_bench_sets_edgespec_against_llama_servers_own_speculation(smollm2_path,
     every edgespec row says how its gain compares with the best of them."""
     import os
 
-    from edgespec import llama_server
+    from edgespec.bench import llama_server
 
     if llama_server.binary() is None:
         why = "no llama-server built here (./install.sh --dev builds it)"

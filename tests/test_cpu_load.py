@@ -7,7 +7,7 @@ import time
 
 import psutil
 
-from edgespec.cpu_load import OtherLoad, contends
+from edgespec.spec.cpu_load import OtherLoad, contends
 
 SPIN = "import time\nwhile True: time.perf_counter()"
 
@@ -41,7 +41,7 @@ def test_a_program_busy_beside_this_one_is_measured_and_this_ones_own_work_is_no
 
 
 def test_a_program_that_started_a_moment_ago_is_not_averaged_with_the_quiet_before_it():
-    from edgespec.cpu_load import RecentLoad
+    from edgespec.spec.cpu_load import RecentLoad
 
     since_start, recent = OtherLoad(), RecentLoad(span=2.0)
     time.sleep(2.5)  # quiet: a chat waits for the next message
@@ -57,7 +57,7 @@ def test_a_program_that_started_a_moment_ago_is_not_averaged_with_the_quiet_befo
 
 
 def test_a_span_too_short_for_the_clock_is_not_judged():
-    from edgespec.cpu_load import RecentLoad
+    from edgespec.spec.cpu_load import RecentLoad
 
     assert OtherLoad().cores() is None
     recent = RecentLoad()
@@ -77,11 +77,11 @@ def test_a_curve_learned_while_other_programs_took_the_cores_is_not_cached(tmp_p
     it would describe the load. A later run, once the load is gone, learns it and caches it."""
     import tiny_gguf
 
-    from edgespec import calibration
-    from edgespec.controller import DraftController
     from edgespec.drafters import make_drafter
-    from edgespec.engine import Engine
     from edgespec.runtimes.llamacpp import LlamaCppBackend
+    from edgespec.spec import calibration
+    from edgespec.spec.controller import DraftController
+    from edgespec.spec.engine import Engine
 
     class Slow(LlamaCppBackend):
         def eval(self, ids, n_logits=None):
@@ -119,10 +119,10 @@ def test_a_drafters_step_cost_is_kept_only_from_generations_on_quiet_cores(tmp_p
     import platform
 
     from conftest import always_draft
-    from edgespec import calibration, engine as engine_module
     from edgespec.drafters import ModelDrafter
-    from edgespec.engine import Engine
     from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
+    from edgespec.spec import calibration, engine as engine_module
+    from edgespec.spec.engine import Engine
     from prompts import PROMPTS
 
     class Keyed(ReferenceBackend):
@@ -160,7 +160,7 @@ def test_threads_are_given_up_to_programs_that_want_most_of_a_core(monkeypatch):
     """The 2-core VM's measurements (cpu_load.py): 2 threads beside a program busy 25%, 50%,
     75% and 100% of the time measured it at 0.14, 0.26, 0.39 and 0.68 cores, and decoded at
     39.2, 36.1, 26.1 and 15.8 tokens/s against 28.0, 24.6, 27.2 and 22.6 on one thread."""
-    from edgespec.cpu_load import fitting_threads
+    from edgespec.spec.cpu_load import fitting_threads
 
     monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 2)
     beside_two = [fitting_threads(o, threads=2, most=2, running=True) for o in (0.0, 0.14, 0.26, 0.39, 0.68)]
@@ -178,9 +178,9 @@ def test_a_chat_beside_a_busy_program_decodes_on_the_cores_it_leaves(tmp_path, m
     import pytest
     import tiny_gguf
 
-    from edgespec import calibration
     from edgespec.api import EdgeSpec
     from edgespec.runtimes.llamacpp import LlamaCppBackend, default_threads
+    from edgespec.spec import calibration
 
     cores = psutil.cpu_count()
     if min(cores, default_threads()) < 2:
@@ -215,9 +215,9 @@ def test_a_program_that_starts_mid_answer_gets_its_core_within_about_a_second(tm
     import pytest
     import tiny_gguf
 
-    from edgespec import calibration
     from edgespec.api import EdgeSpec
     from edgespec.runtimes.llamacpp import LlamaCppBackend, default_threads
+    from edgespec.spec import calibration
 
     class Slow(LlamaCppBackend):
         def eval(self, ids, n_logits=None):
@@ -244,9 +244,9 @@ def test_a_program_that_starts_mid_answer_gets_its_core_within_about_a_second(tm
 def test_a_backend_opened_with_more_threads_than_cores_is_not_reported_as_crowded_out(monkeypatch):
     """Threads beyond the core count only wait on each other: the engine computes on at most
     one per core, and on quiet cores says nothing of other programs."""
-    from edgespec import engine as engine_module
-    from edgespec.engine import Engine
     from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
+    from edgespec.spec import engine as engine_module
+    from edgespec.spec.engine import Engine
 
     class Quiet:  # nothing else runs, as the engine reads it
         def cores(self):

@@ -52,7 +52,7 @@ def test_a_prompt_streams_into_the_window_and_stop_cancels_it(display, smollm2_p
 
     from edgespec.apps.desktop import ChatWindow
 
-    from edgespec.footprint import process_rss
+    from edgespec.memory.footprint import process_rss
 
     # the budget covers the whole process, and this pytest process already holds earlier tests' memory
     budget_mb = round(process_rss()["rss"] / 1e6) + 300

@@ -5,8 +5,8 @@ that run llama.cpp on Vulkan are in test_vulkan.py."""
 import pytest
 
 from edgespec.errors import EdgespecError
-from edgespec.runtimes.devices import onnx_providers, parse_ep_options
-from edgespec.runtimes.device_profiles import PROFILES, ModelShape, RooflineCost
+from edgespec.runtimes.gpu.devices import onnx_providers, parse_ep_options
+from edgespec.runtimes.gpu.profiles import PROFILES, ModelShape, RooflineCost
 
 PHONE = ["QNNExecutionProvider", "NnapiExecutionProvider", "XnnpackExecutionProvider", "CPUExecutionProvider"]
 MAC = ["CoreMLExecutionProvider", "CPUExecutionProvider"]

@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from edgespec.bench_record import START, regenerate
+from edgespec.bench.record import START, regenerate
 
 ROOT = Path(__file__).parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -20,7 +20,7 @@ def test_every_bench_table_regenerates_from_its_record_byte_for_byte():
     for page in PAGES:
         text = page.read_text()
         tables += len(START.findall(text))
-        assert regenerate(text, ROOT) == text, f"rerun: python -m edgespec.bench_record {page.relative_to(ROOT)}"
+        assert regenerate(text, ROOT) == text, f"rerun: python -m edgespec.bench.record {page.relative_to(ROOT)}"
     assert tables >= 2  # the README's headline and the benchmarks page
 
 

@@ -2,10 +2,10 @@
 
 import numpy as np
 
-from edgespec.controller import DraftController
 from edgespec.drafters import (AutoDrafter, NGramCacheDrafter, PromptLookupDrafter, TokenRecyclingDrafter,
                                make_drafter)
-from edgespec.drafters.base import Draft, Drafter
+from edgespec.spec.controller import DraftController
+from edgespec.spec.drafter import Draft, Drafter
 
 
 def test_prompt_lookup_continues_the_longest_earlier_match():

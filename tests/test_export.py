@@ -195,7 +195,7 @@ def test_gguf_f16_matches_its_source_in_llama_cpp(checkpoint, tmp_path):
 
 @pytest.mark.parametrize("quant", ["q8_0", "q4_k_m"])
 def test_gguf_quantized_by_llama_cpp(checkpoint, tmp_path, quant):
-    from edgespec.gguf_check import check_gguf
+    from edgespec.models.gguf_check import check_gguf
 
     m = export(checkpoint, tmp_path, "gguf", quant)
     f16 = export(checkpoint, tmp_path, "gguf", "f16")
@@ -212,7 +212,7 @@ def test_a_failed_export_leaves_nothing_behind(checkpoint, tmp_path):
 
 @pytest.mark.parametrize("to,quant", [("onnx", "fp32"), ("gguf", "f16")])
 def test_an_export_changed_after_it_was_written_is_refused_before_loading(checkpoint, tmp_path, to, quant):
-    from edgespec.store import resolve
+    from edgespec.models.store import resolve
 
     export(checkpoint, tmp_path, to, quant)
     folder = tmp_path / f"{to}-{quant}"
@@ -299,7 +299,7 @@ def test_force_replaces_only_an_earlier_export_never_a_folder_of_ones_own(llama,
 def test_a_kill_at_any_moment_of_a_forced_export_leaves_a_loadable_export(llama, tmp_path):
     checkpoint = llama
     from edgespec.files import sweep
-    from edgespec.store import resolve
+    from edgespec.models.store import resolve
 
     out = tmp_path / "out"
     args = [sys.executable, "-m", "edgespec", "export", str(checkpoint), "--to", "gguf", "--no-validate",
@@ -345,7 +345,7 @@ def test_vocab_trimmed_drafter_keeps_speculation_lossless(checkpoint, tmp_path, 
     from conftest import always_draft
     from edgespec.api import EdgeSpec
     from edgespec.drafters import ModelDrafter, make_drafter
-    from edgespec.engine import Engine
+    from edgespec.spec.engine import Engine
 
     k = 120
     m = run_export(ExportPlan(str(checkpoint), to, tmp_path / "trim", quant, trim_vocab=k), quiet=True)

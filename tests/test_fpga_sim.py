@@ -12,11 +12,11 @@ from hypothesis.extra import numpy as hnp
 
 from conftest import always_draft
 from edgespec.drafters import make_drafter
-from edgespec.engine import Engine
-from edgespec.runtimes.fpga_cost import TELLME_PUBLISHED, tellme_cost_model
-from edgespec.runtimes.fpga_sim import FpgaSimBackend, TernaryModel
+from edgespec.runtimes.fpga.cost import TELLME_PUBLISHED, tellme_cost_model
+from edgespec.runtimes.fpga.sim import FpgaSimBackend, TernaryModel
+from edgespec.runtimes.fpga.tlmm import int_matmul, pack, patterns, quantize_activations, ternarize, tlmm, unpack
 from edgespec.runtimes.reference import ReferenceModel
-from edgespec.runtimes.tlmm import int_matmul, pack, patterns, quantize_activations, ternarize, tlmm, unpack
+from edgespec.spec.engine import Engine
 
 
 @st.composite
@@ -57,7 +57,7 @@ def test_tlmm_is_bit_exact_on_real_layers_of_a_ternarized_qwen2_5_coder_0_5b():
     from gguf import GGUFReader
     from gguf.quants import dequantize
 
-    from edgespec.store import resolve
+    from edgespec.models.store import resolve
 
     reader = GGUFReader(resolve("qwen2.5-coder-0.5b", quiet=True))
     tensors = {t.name: t for t in reader.tensors}
@@ -131,7 +131,7 @@ def test_the_tellme_design_fits_the_kv260_and_one_the_board_cannot_hold_is_refus
     not a faster (bandwidth-bound) decode."""
     from dataclasses import replace
 
-    from edgespec.runtimes.fpga_cost import BITNET_0_73B, KV260, TELLME, CostModel, DesignDoesNotFit, widest_cost_model
+    from edgespec.runtimes.fpga.cost import BITNET_0_73B, KV260, TELLME, CostModel, DesignDoesNotFit, widest_cost_model
 
     tellme = tellme_cost_model()
     use = tellme.resources.utilization()
@@ -194,7 +194,7 @@ def test_a_ternary_export_computes_what_transformers_computes_with_the_same_weig
     import torch
     from transformers import AutoModelForCausalLM
 
-    import edgespec.runtimes.fpga_sim as fpga_sim
+    import edgespec.runtimes.fpga.sim as fpga_sim
 
     checkpoint, folder, manifest = ternary_export
     assert manifest["format"] == "ternary" and manifest["quantization"] == "b1.58"

@@ -5,11 +5,11 @@ kind would have verified is known without verifying it."""
 import numpy as np
 
 from edgespec.api import EdgeSpec
-from edgespec.controller import AcceptanceModel
-from edgespec.drafters.base import Draft
-from edgespec.hindsight import Hindsight
-from edgespec.replay import ReplayBackend
+from edgespec.bench.replay import ReplayBackend
 from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
+from edgespec.spec.controller import AcceptanceModel
+from edgespec.spec.drafter import Draft
+from edgespec.spec.hindsight import Hindsight
 
 
 def test_a_declined_draft_is_learned_once_the_text_shows_where_it_stops_matching():

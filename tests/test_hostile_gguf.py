@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 import tiny_gguf
 from crafted_gguf import CRAFTED, STRING, UINT8, array, header_only
 from edgespec.errors import ModelError
-from edgespec.gguf_check import check_gguf, read_gguf
-from edgespec.store import check_model_file
+from edgespec.models.gguf_check import check_gguf, read_gguf
+from edgespec.models.store import check_model_file
 from helpers import assert_one_line_error, edgespec
 
 FUZZ_EXAMPLES = int(os.environ.get("EDGESPEC_FUZZ_EXAMPLES", "60"))
@@ -68,9 +68,9 @@ def test_llama_cpp_itself_dies_on_each_semantic_one(name, tmp_path):
 
 
 def test_what_the_rules_miss_the_child_load_refuses(tmp_path, monkeypatch):
-    import edgespec.gguf_semantics
+    import edgespec.models.gguf_semantics
 
-    monkeypatch.setattr(edgespec.gguf_semantics, "check_model", lambda reader: "llama")  # no rules at all
+    monkeypatch.setattr(edgespec.models.gguf_semantics, "check_model", lambda reader: "llama")  # no rules at all
     path = CRAFTED["an unknown rope scaling type"][0](tmp_path / "crafted.gguf")
     with pytest.raises(ModelError, match=r"llama.cpp crashes on .*SIGABRT.*rope_scaling_type"):
         check_model_file(path)

@@ -3,8 +3,8 @@ bench's prompts allow, not one aggregate that noise can tip either way."""
 
 import numpy as np
 
-from edgespec.bench import Run
-from edgespec.hybrid_compare import against_best_member, members, verdict
+from edgespec.bench.common import Run
+from edgespec.bench.hybrid_compare import against_best_member, members, verdict
 
 
 def bench_runs(speeds: dict[str, float], prompts: int = 8, noise: float = 0.05, seed: int = 0) -> dict:
@@ -45,7 +45,7 @@ def test_a_hybrid_with_none_of_its_members_beside_it_is_not_compared():
 
 
 def test_a_hybrid_of_a_model_given_by_path_keeps_a_row_apart_from_the_model_alone():
-    from edgespec.bench import _label
+    from edgespec.bench.run import _label
 
     assert _label("/models/drafter.gguf") == "drafter.gguf"
     assert _label("auto+/models/drafter.gguf") == "auto+drafter.gguf"

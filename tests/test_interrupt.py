@@ -90,7 +90,7 @@ def test_ctrl_c_during_export_leaves_no_output(tmp_path):
 def test_ctrl_c_that_a_native_module_turned_into_its_own_error_still_reads_interrupted(capsys):
     import typer
 
-    from edgespec.cli import user_errors
+    from edgespec.cli.common import user_errors
 
     @user_errors
     def load_a_native_module():
@@ -115,7 +115,7 @@ def test_ctrl_c_that_a_native_module_turned_into_its_own_error_still_reads_inter
 def test_ctrl_c_during_a_bench_with_llama_server_stops_every_server(smollm2_path):
     import psutil
 
-    from edgespec import llama_server
+    from edgespec.bench import llama_server
 
     if llama_server.binary() is None:
         if os.environ.get("CI"):

@@ -1,14 +1,17 @@
-"""The code stays readable: the speculation loop is short, and so is every function on
-the decode path. `pytest tests/test_layout.py -s` prints the ten longest functions."""
+"""The code stays readable: folders depend on each other one way, the speculation loop is
+short, and so is every function on the decode path. `pytest tests/test_layout.py -s`
+prints the ten longest functions."""
 
 from __future__ import annotations
 
 import ast
+import graphlib
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
 PACKAGE = ("edgespec", "export", "runtimes", "apps")
-DECODE_PATH = ("edgespec/engine.py", "edgespec/controller.py", "edgespec/verifier.py", "edgespec/drafters/")
+NAMESPACE = {"edgespec": "edgespec", "export": "edgespec.export", "runtimes": "edgespec.runtimes", "apps": "edgespec.apps"}
+DECODE_PATH = ("edgespec/spec/engine.py", "edgespec/spec/controller.py", "edgespec/spec/verifier.py", "edgespec/drafters/")
 
 
 def function_lengths() -> list[tuple[int, str]]:
@@ -28,8 +31,67 @@ def test_the_speculation_loop_and_the_decode_path_stay_short():
     print("\nthe ten longest functions:")
     for lines, where in rows[:10]:
         print(f"{lines:5d}  {where}")
-    generate = next(lines for lines, where in rows if where.startswith("edgespec/engine.py") and
+    generate = next(lines for lines, where in rows if where.startswith("edgespec/spec/engine.py") and
                     where.endswith(" _generate"))
     assert generate < 90
     long = [(lines, where) for lines, where in rows if where.startswith(DECODE_PATH) and lines > 80]
     assert not long, long
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    parts[0] = NAMESPACE[parts[0]]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def unit(module: str, packages: set[str]) -> str:
+    """What a module belongs to: its folder under edgespec (subfolders included), or itself
+    for a module at the top of edgespec."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 or module in packages else module
+
+
+def folder_imports() -> dict[str, set[str]]:
+    """unit -> the units it imports (at the top of a module or inside a function)."""
+    paths = {module_name(p): p for folder in PACKAGE for p in (ROOT / folder).rglob("*.py")}
+    packages = {m for m, p in paths.items() if p.name == "__init__.py"}
+    graph: dict[str, set[str]] = {}
+    for mod, path in paths.items():
+        here = mod if mod in packages else mod.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(here.split(".")[: len(here.split(".")) - node.level + 1] + ([base] if base else []))
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in paths else base for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                if name in paths and unit(name, packages) != unit(mod, packages):
+                    graph.setdefault(unit(mod, packages), set()).add(unit(name, packages))
+    return graph
+
+
+def readme_layout() -> list[str]:
+    """The folders of the README's Layout table, top to bottom, as import units."""
+    text = (ROOT / "README.md").read_text().split("## Layout", 1)[1]
+    cells = [line.split("|")[1].strip().strip("`") for line in text.splitlines() if line.startswith("| `")]
+    return [module_name(ROOT / c.rstrip("/") / "__init__.py") if c.endswith("/") else module_name(ROOT / c)
+            for c in cells if c != "tests/"]
+
+
+def test_folders_import_only_the_folders_above_them_in_the_readme():
+    """The engine does not know the drafters or the bench; the backends and the drafters do
+    not import the export pipeline (what they share, like a trimmed vocabulary's id map,
+    lives in runtimes). So the README can list the folders in the order they build on."""
+    order = readme_layout()
+    upward = [f"{a} imports {b}" for a, deps in folder_imports().items() if a in order
+              for b in deps if b in order and order.index(b) > order.index(a)]
+    assert not upward, upward
+    try:  # nor do the modules at the top of edgespec close a circle
+        list(graphlib.TopologicalSorter(folder_imports()).static_order())
+    except graphlib.CycleError as e:
+        raise AssertionError(f"imports in a circle: {' -> '.join(e.args[1])}") from None
+    assert order.index("edgespec.spec") < order.index("edgespec.drafters") < order.index("edgespec.export")

@@ -6,8 +6,8 @@ import pytest
 
 from conftest import always_draft
 from edgespec.drafters import make_drafter
-from edgespec.engine import Engine
 from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
+from edgespec.spec.engine import Engine
 from prompts import PROMPTS
 
 MAX_TOKENS = 48
@@ -52,7 +52,7 @@ def test_greedy_speculation_equals_plain_greedy_token_for_token(model, plain_out
 def test_a_perfect_drafter_saves_target_passes(model, plain_outputs):
     """Speculation pays through fewer target evaluations: with an oracle drafter
     the same output takes a fraction of the passes."""
-    from edgespec.drafters.base import Draft, Drafter
+    from edgespec.spec.drafter import Draft, Drafter
 
     class Oracle(Drafter):
         def __init__(self, future):

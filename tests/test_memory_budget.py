@@ -62,7 +62,7 @@ def test_a_budget_below_the_minimum_is_one_clear_line(smollm2_path):
 API_EXAMPLE = """
 import json, sys
 from edgespec import EdgeSpec
-from edgespec.planner import BudgetError
+from edgespec.memory.planner import BudgetError
 with EdgeSpec(sys.argv[1], drafter="auto", memory_budget="400MB", quiet=True) as llm:
     llm.generate("def add(a, b):", max_tokens=16)
     out = {"plan": llm.plan.to_dict(), "n_ctx": llm.backend.n_ctx, "footprint": llm.footprint()}
@@ -114,16 +114,16 @@ def test_a_drafter_that_fits_only_trimmed_is_trimmed_once_and_drafts_losslessly(
     trims the drafter (VocabTrim, sliced from the GGUF as it is) and speculation stays lossless."""
     from pathlib import Path
 
-    import edgespec.store
+    import edgespec.export.gguf_trim
     from conftest import always_draft
     from edgespec.api import EdgeSpec
     from edgespec.drafters import make_drafter
-    from edgespec.engine import Engine
-    from edgespec.planner import TRIM_KS, make_plan
+    from edgespec.memory.planner import TRIM_KS, make_plan
+    from edgespec.spec.engine import Engine
     from prompts import PROMPTS
     from test_real_lossless import assert_lossless_up_to_near_ties
 
-    monkeypatch.setattr(edgespec.store, "cache_dir", lambda: tmp_path)  # trims are built into this cache
+    monkeypatch.setattr(edgespec.export.gguf_trim, "cache_dir", lambda: tmp_path)  # trims are built into this cache
     model = str(smollm2_path)
     budget = budget_the_drafter_misses(model)
     p = make_plan(model, model, 1024, 8, budget)
@@ -149,8 +149,8 @@ def test_a_drafter_that_fits_only_trimmed_is_trimmed_once_and_drafts_losslessly(
 
 def budget_the_drafter_misses(model: str) -> int:
     """A budget just below what `model` drafting for itself needs at context 1024."""
-    from edgespec.footprint import process_rss
-    from edgespec.planner import make_plan
+    from edgespec.memory.footprint import process_rss
+    from edgespec.memory.planner import make_plan
 
     budget = process_rss()["rss"] + 400_000_000  # a budget covers this whole process, whatever ran in it before
     while make_plan(model, model, 1024, 8, budget, trim=False).drafter == model:
@@ -159,14 +159,14 @@ def budget_the_drafter_misses(model: str) -> int:
 
 
 def test_a_drafter_that_cannot_be_trimmed_falls_back_to_model_free_drafting_and_says_why(smollm2_path, monkeypatch):
-    import edgespec.export.gguf_trim
+    import edgespec.memory.planner
     from edgespec.errors import ModelError
-    from edgespec.planner import make_plan
+    from edgespec.memory.planner import make_plan
 
     def fail(src, k):
         raise ModelError("no space left on device")
 
-    monkeypatch.setattr(edgespec.export.gguf_trim, "cached_trim", fail)
+    monkeypatch.setattr(edgespec.memory.planner, "cached_trim", fail)
     model = str(smollm2_path)
     p = make_plan(model, model, 1024, 8, budget_the_drafter_misses(model))
     assert p.drafter == "auto" and p.n_ctx == 1024

@@ -7,8 +7,8 @@ import pytest
 
 from conftest import always_draft
 from edgespec.drafters import ModelDrafter
-from edgespec.engine import Engine
 from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
+from edgespec.spec.engine import Engine
 from prompts import PROMPTS
 
 

@@ -5,8 +5,9 @@ from dataclasses import replace
 
 import pytest
 
-from edgespec.footprint import ModelConfig, ModelFacts, model_bytes, parse_bytes, predict
-from edgespec.planner import HEADROOM, BudgetError, GpuMemory, plain_footprint, plan
+from edgespec.memory.footprint import ModelConfig, model_bytes, parse_bytes, predict
+from edgespec.memory.planner import HEADROOM, BudgetError, GpuMemory, plain_footprint, plan
+from edgespec.models.facts import ModelFacts
 
 MB = 1_000_000
 
@@ -90,7 +91,7 @@ DRAFTERS = {"qwen05": QWEN05, "qwen05-trim16k": QWEN05_TRIM}
 
 
 def test_among_several_drafters_the_plan_takes_the_fastest_predicted_and_says_why():
-    from edgespec.planner import predicted_speedup
+    from edgespec.memory.planner import predicted_speedup
 
     speed = {d: predicted_speedup(d, 16, QWEN15, f) for d, f in DRAFTERS.items()}
     assert speed["qwen05-trim16k"] > speed["qwen05"]  # 30% fewer bytes per draft token for 3% of acceptance
@@ -124,7 +125,7 @@ def test_one_drafter_named_plans_as_before():
 
 
 def test_a_drafter_list_names_each_once_and_falls_back_after_all_of_them():
-    from edgespec.planner import drafter_candidates
+    from edgespec.memory.planner import drafter_candidates
 
     assert drafter_candidates("qwen05, qwen05-trim16k,qwen05") == [("qwen05", 0), ("qwen05-trim16k", 0),
                                                                      ("auto", 1), ("none", 2)]
@@ -160,7 +161,7 @@ def test_memory_sizes_parse_like_people_write_them():
 
 
 def test_gpu_offload_takes_every_layer_that_fits_in_the_gpus_free_memory():
-    from edgespec.planner import gpu_layers
+    from edgespec.runtimes.gpu.devices import gpu_layers
 
     assert gpu_layers(QWEN15, 4 << 30, n_ctx=4096) == QWEN15.n_layer + 1  # 1.1 GB of weights in 4 GiB: all
     part = gpu_layers(QWEN15, 1 << 30, n_ctx=4096)  # 1 GiB: the output layer and most blocks, not all
@@ -237,8 +238,8 @@ def test_a_device_profile_is_planned_with_its_gpu_memory_and_priced_by_its_roofl
     """`bench --device-profile` plans each method for the device: a phone's GPU shares its
     RAM, so the whole model goes there within the app's share, and verifying a draft costs
     about one token there, so speculation is predicted to pay more than on this CPU."""
-    from edgespec.planner import plan_for_profile
-    from edgespec.runtimes.device_profiles import PROFILES
+    from edgespec.memory.planner import plan_for_profile
+    from edgespec.runtimes.gpu.profiles import PROFILES
 
     phone = PROFILES["adreno-750"]
     p = plan_for_profile(QWEN15_GPU, phone, drafter="lookup", baseline=BASE)
@@ -256,7 +257,7 @@ def test_a_device_profile_is_planned_with_its_gpu_memory_and_priced_by_its_roofl
 
 
 def test_measured_drafter_steps_replace_the_weight_size_prior():
-    from edgespec.planner import predicted_speedup
+    from edgespec.memory.planner import predicted_speedup
 
     # an earlier VocabTrim run (a busier machine than the README's table): the trimmed step 21% cheaper (its weights say 30%), and a
     # 2-token verification 1.8x one token (4 tokens 2.8x, the low end measured; +0.5 a token after): no 0.5B
@@ -284,8 +285,8 @@ def test_measured_drafter_steps_replace_the_weight_size_prior():
 def test_a_drafters_step_is_kept_per_machine_and_found_by_model_file(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from edgespec import calibration
-    from edgespec.planner import measured_costs
+    from edgespec.memory.planner import measured_costs
+    from edgespec.spec import calibration
 
     monkeypatch.setattr(calibration, "_dir", lambda: tmp_path / "calibration")
     target, drafter = tmp_path / "target.gguf", tmp_path / "drafter.gguf"
@@ -313,8 +314,8 @@ def test_a_drafters_step_is_kept_per_machine_and_found_by_model_file(tmp_path, m
 def test_a_pairs_measured_acceptance_replaces_the_prior(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from edgespec import calibration
-    from edgespec.planner import measured_acceptance, predicted_speedup
+    from edgespec.memory.planner import measured_acceptance, predicted_speedup
+    from edgespec.spec import calibration
 
     monkeypatch.setattr(calibration, "_dir", lambda: tmp_path / "calibration")
     target, full, trimmed = (tmp_path / f"{n}.gguf" for n in ("target", "full", "trimmed"))
@@ -352,7 +353,7 @@ def test_a_pairs_measured_acceptance_replaces_the_prior(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_a_drafter_that_fits_only_trimmed_is_planned_trimmed_with_the_most_tokens_that_fit():
-    from edgespec.planner import TRIM_KS, trim_candidates
+    from edgespec.memory.planner import TRIM_KS, trim_candidates
 
     q05 = replace(QWEN05, embd_bytes=111_000_000)  # its tied embedding and LM head, Q6_K
     trims = trim_candidates(QWEN15, {"qwen05": q05, "smollm2": SMOL})  # SmolLM2's vocabulary is another

@@ -30,8 +30,8 @@ import pytest
 
 from conftest import always_draft
 from edgespec.drafters import make_drafter
-from edgespec.engine import Engine
 from edgespec.runtimes.llamacpp import LlamaCppBackend
+from edgespec.spec.engine import Engine
 from prompts import PROMPTS
 
 pytestmark = pytest.mark.real_model
@@ -47,7 +47,7 @@ MODEL = os.environ.get("EDGESPEC_LOSSLESS_MODEL", "smollm2-135m")
 
 @pytest.fixture(scope="module")
 def backend(request, tmp_path_factory):
-    from edgespec.store import resolve
+    from edgespec.models.store import resolve
 
     if request.param == "llama.cpp":
         b = LlamaCppBackend(resolve(MODEL, quiet=True), n_ctx=1024, n_threads=2, device=DEVICE)
@@ -123,7 +123,7 @@ def test_a_drafter_of_another_vocabulary_matches_plain_greedy_up_to_near_ties(ca
     """SmolLM2-135M (49k vocabulary) drafts for Gemma-3-270M (262k), through text."""
     from edgespec.api import EdgeSpec
     from edgespec.drafters import CrossVocabDrafter
-    from edgespec.store import resolve
+    from edgespec.models.store import resolve
 
     with LlamaCppBackend(resolve(XVOCAB_TARGET, quiet=True), n_ctx=1024, n_threads=2) as target:
         llm = EdgeSpec(target, drafter="none")
@@ -174,7 +174,7 @@ def assert_lossless_up_to_near_ties(engine, prompt_ids, plain, label, capsys):
 
 
 def test_store_fetch_verifies_the_real_file(smollm2_path):
-    from edgespec import store
+    from edgespec.models import store
 
     assert smollm2_path.stat().st_size == store.MODELS["smollm2-135m"].size
     assert store.is_cached("smollm2-135m")

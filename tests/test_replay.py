@@ -4,10 +4,10 @@ every method writes the same text, so what it gains is its own."""
 import numpy as np
 import pytest
 
-from edgespec.engine import Engine
-from edgespec.oracle import lookup_oracle_time
-from edgespec.replay import replay
+from edgespec.bench.oracle import lookup_oracle_time
+from edgespec.bench.replay import replay
 from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
+from edgespec.spec.engine import Engine
 from prompts import PROMPTS
 
 

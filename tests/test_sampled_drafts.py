@@ -2,7 +2,6 @@
 distribution and hands that distribution to the verifier, and what the engine
 emits is still distributed exactly as plain sampling from the target."""
 
-import itertools
 from collections import Counter
 
 import numpy as np
@@ -10,9 +9,9 @@ import pytest
 
 from conftest import always_draft
 from edgespec.drafters import CrossVocabDrafter, ModelDrafter
-from edgespec.engine import Engine
 from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
-from edgespec.verifier import SamplingParams, target_probs
+from edgespec.spec.engine import Engine
+from edgespec.spec.verifier import SamplingParams, target_probs
 from merged_vocab import MergedVocabBackend
 
 PARAMS = dict(temperature=1.0, top_k=3)

@@ -7,7 +7,7 @@ import gc
 import pytest
 
 from edgespec import EdgeSpec
-from edgespec.footprint import process_rss
+from edgespec.memory.footprint import process_rss
 
 TOPICS = ["river", "colour", "city", "bird", "tree", "metal", "planet", "fruit", "tool", "language"]
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import tiny_gguf
-from edgespec import store
 from edgespec.errors import ModelError
-from edgespec.gguf_check import check_gguf
+from edgespec.models import store
+from edgespec.models.gguf_check import check_gguf
 
 
 def write_tiny_gguf(path: Path, with_vocab: bool = True) -> Path:

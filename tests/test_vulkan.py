@@ -21,7 +21,7 @@ HERE = Path(__file__).parent
 
 def _gpu_path() -> str | None:
     """Why the GPU path cannot run here, or None."""
-    from edgespec.runtimes.devices import llama_has_vulkan, vulkan_devices
+    from edgespec.runtimes.gpu.devices import llama_has_vulkan, vulkan_devices
 
     if not llama_has_vulkan():
         return "llama.cpp was built without Vulkan"

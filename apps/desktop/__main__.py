@@ -19,7 +19,7 @@ def main() -> None:
 
     from edgespec import EdgeSpec, EdgespecError
 
-    from .window import ChatWindow
+    from edgespec.apps.desktop.window import ChatWindow
 
     try:
         root = tk.Tk()

@@ -5,6 +5,6 @@ reply objects), `worker.py` (the threads that prepare prompts and own the model)
 `guard.py` (local clients only, without a key), `metrics.py` (/metrics).
 """
 
-from .app import Limits, LocalServer, create_app
+from edgespec.apps.server.app import Limits, LocalServer, create_app
 
 __all__ = ["Limits", "LocalServer", "create_app"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import socket
 import sys
 import threading
 import time
@@ -31,13 +32,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
 from edgespec import EdgeSpec, EdgespecError
-
-from .guard import LocalOnly
-from .metrics import StatusCounter
-from .metrics import render as render_metrics
-from .protocol import (FINISH, ApiError, ChatRequest, CompletionRequest, Reply, SamplingFields, check_common,
-                       message_text, parse, sse_event)
-from .worker import Job, ModelWorker, PromptWorker
+from edgespec.apps.server.guard import LocalOnly
+from edgespec.apps.server.metrics import StatusCounter, render as render_metrics
+from edgespec.apps.server.protocol import (FINISH, ApiError, ChatRequest, CompletionRequest, Reply, SamplingFields,
+                                           check_common, message_text, parse, sse_event)
+from edgespec.apps.server.worker import Job, ModelWorker, PromptWorker
 
 
 @dataclass
@@ -267,8 +266,6 @@ class LocalServer:
     def __init__(self, llm: EdgeSpec, model_id: str, host: str = "127.0.0.1", port: int = 8080,
                  limits: Limits | None = None, api_key: str | None = None,
                  cors_origins: list[str] | None = None, allowed_hosts: set[str] = frozenset()) -> None:
-        import socket
-
         import uvicorn
 
         self.app = create_app(llm, model_id, limits, api_key, cors_origins, {host, *allowed_hosts})

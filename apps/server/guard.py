@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .protocol import ApiError
+from edgespec.apps.server.protocol import ApiError
 
 LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
 

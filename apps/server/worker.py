@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from edgespec import EdgeSpec, EdgespecError
-
-from .protocol import ApiError
+from edgespec.apps.server.protocol import ApiError
 
 
 @dataclass

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import Tokenizer
-from ..controller import DraftController
-from ..errors import DrafterError
-from .auto import AutoDrafter
-from .base import Draft, Drafter
-from .crossvocab import CrossVocabDrafter
-from .lookup import PromptLookupDrafter
-from .model import ModelDrafter
-from ..footprint import NGRAM_BYTES_PER_TOKEN
-from .ngram import NGramCacheDrafter
-from .recycle import TokenRecyclingDrafter
+from edgespec.drafters.auto import AutoDrafter
+from edgespec.drafters.crossvocab import CrossVocabDrafter
+from edgespec.drafters.lookup import PromptLookupDrafter
+from edgespec.drafters.model import ModelDrafter
+from edgespec.drafters.ngram import BYTES_PER_TOKEN as NGRAM_BYTES_PER_TOKEN, NGramCacheDrafter
+from edgespec.drafters.recycle import TokenRecyclingDrafter
+from edgespec.errors import DrafterError, ModelError
+from edgespec.models.store import resolve
+from edgespec.runtimes import open_backend
+from edgespec.spec.backend import Tokenizer
+from edgespec.spec.controller import DraftController
+from edgespec.spec.drafter import Draft, Drafter
 
 MODEL_FREE = ("none", "lookup", "ngram", "recycle", "auto")
 HYBRID = "auto+"  # auto+MODEL: the model-free drafters and a model drafter, chosen step by step
@@ -22,7 +23,7 @@ AUTO_MEMBERS = ("lookup", "ngram", "recycle")  # what auto mixes (make_drafter)
 
 __all__ = ["Draft", "Drafter", "PromptLookupDrafter", "NGramCacheDrafter", "TokenRecyclingDrafter",
            "AutoDrafter", "ModelDrafter", "CrossVocabDrafter", "MODEL_FREE", "make_drafter",
-           "check_drafter", "drafter_backends"]
+           "check_drafter"]
 
 
 def make_drafter(name: str, n_vocab: int, controller: DraftController, target_tokenizer: Tokenizer | None = None,
@@ -52,28 +53,12 @@ def make_drafter(name: str, n_vocab: int, controller: DraftController, target_to
     return _model_drafter(name, target_tokenizer, n_ctx, threads, backend_options)
 
 
-def model_drafters(drafter: Drafter | None) -> list[Drafter]:
-    """The drafters among `drafter` (itself, or a hybrid's members) that run a model."""
-    if drafter is None:
-        return []
-    if isinstance(drafter, AutoDrafter):
-        return [m for d in drafter.drafters for m in model_drafters(d)]
-    return [drafter] if drafter.backend is not None else []
-
-
-def drafter_backends(drafter: Drafter | None) -> list:
-    """The backends a drafter runs models on (none for the model-free ones)."""
-    return [d.backend for d in model_drafters(drafter)]
-
-
 def check_drafter(name: str):
     """Refuse an unknown drafter before anything is loaded; returns the model path of a model drafter."""
     if name in MODEL_FREE:
         return None
     if name.startswith(HYBRID):
         return check_drafter(name[len(HYBRID):])
-    from ..errors import ModelError
-    from ..store import resolve
 
     try:
         return resolve(name, quiet=True)
@@ -83,8 +68,6 @@ def check_drafter(name: str):
 
 def _model_drafter(name: str, target: Tokenizer, n_ctx: int, threads: int | None,
                    backend_options: dict | None = None) -> Drafter:
-    from ..runtimes import open_backend
-
     path = check_drafter(name)
     backend = open_backend(path, n_ctx=n_ctx, threads=threads, **(backend_options or {}))
     drafter = ModelDrafter(backend)

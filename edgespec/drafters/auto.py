@@ -16,9 +16,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ..controller import DraftController
-from ..verifier import SamplingParams
-from .base import EMPTY, Draft, Drafter
+from edgespec.spec.controller import DraftController
+from edgespec.spec.drafter import EMPTY, Draft, Drafter
+from edgespec.spec.verifier import SamplingParams
 
 
 class AutoDrafter(Drafter):
@@ -74,6 +74,9 @@ class AutoDrafter(Drafter):
 
     def memory(self) -> int:
         return sum(d.memory() for d in self.drafters)
+
+    def model_drafters(self) -> list[Drafter]:
+        return [m for d in self.drafters for m in d.model_drafters()]
 
     # a model member's latency, for the bench
     @property

@@ -28,12 +28,13 @@ from typing import Sequence
 
 import numpy as np
 
-from ..backend import Backend, Tokenizer
-from ..sequence import common_prefix
-from ..verifier import SamplingParams
-from .base import EMPTY, Draft, Drafter
-from .model import ModelDrafter
-from .translate import TextView, TranslationCache, check_mappable, retokenize_after, single_token_map, surface
+from edgespec.drafters.model import ModelDrafter
+from edgespec.drafters.translate import (TextView, TranslationCache, check_mappable, retokenize_after, single_token_map,
+                                         surface)
+from edgespec.spec.backend import Backend, Tokenizer
+from edgespec.spec.drafter import EMPTY, Draft, Drafter
+from edgespec.spec.sequence import common_prefix
+from edgespec.spec.verifier import SamplingParams
 
 
 class CrossVocabDrafter(Drafter):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .base import EMPTY, Draft, Drafter, History
+from edgespec.spec.drafter import EMPTY, Draft, Drafter, History
 
 
 class PromptLookupDrafter(Drafter):

@@ -31,11 +31,11 @@ from typing import Sequence
 
 import numpy as np
 
-from ..backend import Backend
-from ..export.vocabtrim import input_table, map_inputs
-from ..sequence import common_prefix
-from ..verifier import SamplingParams, draw, target_probs
-from .base import EMPTY, Draft, Drafter
+from edgespec.runtimes.vocab_map import input_table, map_inputs
+from edgespec.spec.backend import Backend
+from edgespec.spec.drafter import EMPTY, Draft, Drafter
+from edgespec.spec.sequence import common_prefix
+from edgespec.spec.verifier import SamplingParams, draw, target_probs
 
 
 class ModelDrafter(Drafter):

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .base import EMPTY, Draft, Drafter, History
+from edgespec.spec.drafter import EMPTY, Draft, Drafter, History
+
+BYTES_PER_TOKEN = 600  # the lookup and n-gram indexes: a few dict entries per history token
 
 
 class NGramCacheDrafter(Drafter):

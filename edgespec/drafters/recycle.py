@@ -12,13 +12,15 @@ from typing import Sequence
 
 import numpy as np
 
-from .base import EMPTY, Draft, Drafter
+from edgespec.spec.drafter import EMPTY, Draft, Drafter
+
+MAX_BYTES = 4_000_000  # the successor table's default bound
 
 
 class TokenRecyclingDrafter(Drafter):
     name = "recycle"
 
-    def __init__(self, n_vocab: int, max_bytes: int = 4_000_000, max_successors: int = 8,
+    def __init__(self, n_vocab: int, max_bytes: int = MAX_BYTES, max_successors: int = 8,
                  window: float = 8.0) -> None:
         self.n_vocab = n_vocab
         self.window = window

@@ -22,9 +22,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ..backend import Tokenizer
-from ..errors import DrafterError
-from ..sequence import common_prefix
+from edgespec.errors import DrafterError
+from edgespec.spec.backend import Tokenizer
+from edgespec.spec.sequence import common_prefix
 
 # text both vocabularies must reproduce byte for byte to be mapped onto each other
 PROBE = "def f(x):\n    return x + 1  # Hello, World!\n\nThe 3 cats' names: \"Tom\" & 'Ann'.\t{a: [1, 2]}\n"

@@ -1,0 +1,1 @@
+"""Measurement: the bench, its bounds (oracle, replay), peers, profiles and simulations."""

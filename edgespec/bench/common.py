@@ -1,0 +1,84 @@
+"""What the bench's commands share: the prompts, one method's run, how a run is timed."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Iterable
+
+from rich.console import Console
+
+from edgespec.errors import EdgespecError
+
+# the prompts that ship with edgespec, by name: the 12 drafting was tuned on, 18 held out from that
+SHIPPED = {"shipped": ["bench_prompts"], "heldout": ["heldout_prompts"], "all": ["bench_prompts", "heldout_prompts"]}
+
+
+def load_prompts(path: Path | None, limit: int | None = None) -> list[dict]:
+    """Rows of {category, prompt} or {category, messages} from a JSONL file, or a shipped set by
+    name (`SHIPPED`); "shipped" by default."""
+    name = "shipped" if path is None else str(path)
+    if name in SHIPPED and (path is None or not Path(path).exists()):
+        text = "\n".join(resources.files("edgespec").joinpath(f"data/{f}.jsonl").read_text() for f in SHIPPED[name])
+        source = f"the shipped prompts ({name})"
+    else:
+        try:
+            text = Path(path).read_text()
+        except OSError as e:
+            raise EdgespecError(f"cannot read prompts file {path}: {e.strerror}") from None
+        source = str(path)
+    rows, seen = [], defaultdict(int)
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise EdgespecError(f"{source}, line {i}: not JSON ({e})") from None
+        if not isinstance(row, dict) or "category" not in row or ("prompt" in row) == ("messages" in row):
+            raise EdgespecError(f"{source}, line {i}: needs 'category' and one of 'prompt' or 'messages'")
+        seen[row["category"]] += 1
+        if limit is None or seen[row["category"]] <= limit:
+            rows.append(row)
+    if not rows:
+        raise EdgespecError(f"{source} holds no prompts")
+    return rows
+
+
+@dataclass
+class Run:
+    tokens: list[int]
+    decode_s: float  # first token to last
+    drafted: int = 0
+    accepted: int = 0
+    overhead_ms: float = 0.0  # engine time per token outside the backend
+    steps: int = 0
+    position: list[tuple[int, int]] = field(default_factory=list)
+    drafter_steps: int = 0  # one-token evaluations of a model drafter, and their seconds
+    draft_s: float = 0.0
+    by_key: dict[str, list[int]] = field(default_factory=dict)  # drafter kind -> [drafted, accepted]
+
+
+def encode_prompt(row: dict, llm) -> list[int]:
+    """A prompt row's token ids: `messages` through the model's chat template, `prompt` as plain text."""
+    return llm.chat_ids(row["messages"]) if "messages" in row else llm.tokenize(row["prompt"])
+
+
+def timed(stream: Iterable[int]) -> tuple[list[int], float]:
+    toks: list[int] = []
+    t_first = None
+    for t in stream:
+        if t_first is None:
+            t_first = time.perf_counter()
+        toks.append(t)
+    return toks, (time.perf_counter() - t_first) if t_first else 0.0
+
+
+def print_wide(console: Console, table, width: int) -> None:
+    """Print a table at least `width` columns wide: piped output is 80 columns, too narrow
+    for the bench's and profile's tables."""
+    Console(file=console.file, width=max(console.width, width), force_terminal=console.is_terminal).print(table)

@@ -1,0 +1,86 @@
+"""A hybrid drafter against the best of its members, from one bench run.
+
+`auto` mixes the model-free drafters step by step, `auto+MODEL` adds a model drafter;
+either should be at least as fast as the best single drafter it mixes. Two prompts
+of one run differ by more than that comparison is about, so one aggregate ratio
+cannot show it: here each category's ratio comes with an interval, resampling its
+prompts (the bench ran every method on the same prompts, interleaved, so the
+comparison is paired prompt by prompt). The best member is picked on the whole
+sample and kept fixed while resampling: that favours the member, not the hybrid.
+
+The interval is this run's prompts' spread only. Each method's controller learns
+from one prompt to the next, and a text that parts from plain's at a near-tie
+copies differently from there, so a second run of the same command moves the
+ratio as well (the README shows two).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from edgespec.drafters import AUTO_MEMBERS, HYBRID
+
+RESAMPLES = 4000
+INTERVAL = 0.9
+
+
+def members(hybrid: str) -> list[str]:
+    """The single drafters a hybrid mixes (its name in the bench: `auto` or `auto+LABEL`)."""
+    if hybrid == "auto":
+        return list(AUTO_MEMBERS)
+    if hybrid.startswith(HYBRID):
+        return [*AUTO_MEMBERS, hybrid[len(HYBRID):]]
+    return []
+
+
+def _speeds(runs: Sequence) -> np.ndarray:
+    """[tokens, seconds] per prompt, decoding only (the first token's time is the prefill's)."""
+    return np.array([[max(len(r.tokens) - 1, 0), r.decode_s] for r in runs], dtype=float).reshape(-1, 2)
+
+
+def _tps(s: np.ndarray) -> np.ndarray:
+    """Tokens/s over the prompts of the second-to-last axis."""
+    return s[..., 0].sum(-1) / s[..., 1].sum(-1)
+
+
+def against_best_member(runs: Mapping[tuple[str, str], Sequence], categories: Sequence[str],
+                        seed: int = 0) -> dict[str, dict[str, dict]]:
+    """For every hybrid that ran beside at least one of its members: per category (and
+    "all"), the member with the most tokens/s, the hybrid's speed over that member's,
+    and a paired bootstrap interval of that ratio over the category's prompts."""
+    names = dict.fromkeys(n for n, _ in runs)
+    out: dict[str, dict[str, dict]] = {}
+    rng = np.random.default_rng(seed)
+    for hybrid in names:
+        ran = [m for m in members(hybrid) if m in names]
+        if not ran:
+            continue
+        for cat in [*categories, "all"]:
+            cats = categories if cat == "all" else [cat]
+            per = {n: np.concatenate([_speeds(runs.get((n, c), [])) for c in cats]) for n in [hybrid, *ran]}
+            if any(len(s) != len(per[hybrid]) or s[:, 1].sum() <= 0 for s in per.values()):
+                continue  # not run on the same prompts, or nothing decoded
+            best = max(ran, key=lambda m: float(_tps(per[m])))
+            h, m = per[hybrid], per[best]
+            # resample prompts, keeping each prompt's hybrid and member runs together
+            pick = rng.integers(0, len(h), size=(RESAMPLES, len(h)))
+            with np.errstate(divide="ignore", invalid="ignore"):  # a resample of one-token answers only
+                spread = _tps(h[pick]) / _tps(m[pick])
+            lo, hi = np.nanquantile(spread[np.isfinite(spread)], [(1 - INTERVAL) / 2, (1 + INTERVAL) / 2])
+            out.setdefault(hybrid, {})[cat] = {
+                "best_member": best, "ratio": round(float(_tps(h) / _tps(m)), 3),
+                "interval": [round(float(lo), 3), round(float(hi), 3)], "prompts": len(h),
+            }
+    return out
+
+
+def verdict(c: dict) -> str:
+    """What one comparison shows, in words: a ratio measured to a precision says no more."""
+    lo, hi = c["interval"]
+    if lo >= 1.0:
+        return "faster in this run"
+    if hi < 1.0:
+        return "slower in this run"
+    return "no difference measured"

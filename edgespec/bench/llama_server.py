@@ -1,0 +1,134 @@
+"""llama-server as a peer in `edgespec bench`: llama.cpp's own server, built from the
+same llama.cpp source and CPU flags as the llama-cpp-python edgespec runs on
+(`./install.sh --dev`), decoding the same prompt token ids on loopback.
+
+Each configuration is one server process (plain, each `--spec-type` n-gram mode, and
+`-md DRAFT` for a same-vocabulary drafter model), started once and kept for the whole
+bench so its runs interleave with edgespec's prompt by prompt. Speeds are the server's
+own `timings` (decoding only, as the bench's other rows), and every server is stopped
+however the bench ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Callable
+
+import platformdirs
+
+from edgespec.errors import EdgespecError
+
+NAME = "llama-server"
+SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+START_TIMEOUT_S = 120.0
+REQUEST_TIMEOUT_S = 600.0
+
+
+def binary() -> Path | None:
+    """$EDGESPEC_LLAMA_SERVER, else the build install.sh cached for this machine, else PATH's."""
+    env = os.environ.get("EDGESPEC_LLAMA_SERVER")
+    if env:
+        return Path(env) if Path(env).is_file() else None
+    cached = Path(os.environ.get("EDGESPEC_SERVER_CACHE") or Path(platformdirs.user_cache_dir("edgespec")) / NAME)
+    if (cached / NAME).is_file():
+        return (cached / NAME).resolve()
+    found = shutil.which(NAME)
+    return Path(found) if found else None
+
+
+def configurations(draft_models: dict[str, Path]) -> dict[str, list[str]]:
+    """Row name -> the server's speculation arguments: plain, every n-gram type, and each
+    drafter model (`label` -> its file) as `-md`."""
+    out: dict[str, list[str]] = {NAME: []}
+    out.update({f"{NAME}:{t}": ["--spec-type", t] for t in SPEC_TYPES})
+    out.update({f"{NAME}:{label}": ["-md", str(path)] for label, path in draft_models.items()})
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LlamaServer:
+    """One llama-server process on loopback; `run(ids, max_tokens)` decodes greedily."""
+
+    def __init__(self, exe: Path, model: Path, ctx: int, threads: int, spec: list[str], log: Path) -> None:
+        self.port = _free_port()
+        self.log = log
+        args = [str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port), "-c", str(ctx),
+                "-t", str(threads), "-tb", str(threads), "-np", "1", "--no-webui", *spec]
+        if "-md" in spec:  # the drafter on the same threads
+            args += ["-td", str(threads), "-tbd", str(threads)]
+        with open(log, "wb") as out:
+            # its own session: a Ctrl-C reaches the bench alone, whose cleanup stops the server
+            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        try:
+            self._wait_ready()
+        except BaseException:  # Ctrl-C or a failed start: the caller never gets it to stop
+            self.close()
+            raise
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise EdgespecError(f"llama-server exited with {self.proc.returncode} at start: {self._last_line()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.2)
+        raise EdgespecError(f"llama-server did not answer within {START_TIMEOUT_S:.0f} s: {self._last_line()}")
+
+    def _last_line(self) -> str:
+        try:
+            lines = [ln for ln in self.log.read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            return "(no log)"
+        return lines[-1] if lines else "(no output)"
+
+    def complete(self, ids: list[int], max_tokens: int) -> dict:
+        """The server's /completion answer for these prompt ids (greedy, no prompt cache)."""
+        body = {"prompt": ids, "n_predict": max_tokens, "temperature": 0.0, "top_k": 1, "cache_prompt": False,
+                "return_tokens": True, "stream": False, "seed": 0}
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as r:
+                return json.loads(r.read())
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise EdgespecError(f"llama-server on port {self.port} failed: {e} ({self._last_line()})") from None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def decode_timing(answer: dict, is_eog: Callable[[int], bool]) -> tuple[list[int], float, int, int]:
+    """(tokens without end-of-generation ones, seconds from the first token to the last,
+    drafted, accepted) from a /completion answer. The server times `predicted_n` tokens
+    from the end of the prompt; as in the bench's other rows, the first token's share
+    is left out."""
+    tokens = [int(t) for t in answer.get("tokens", []) if not is_eog(int(t))]
+    t = answer.get("timings", {})
+    n = max(int(t.get("predicted_n", len(tokens))), 1)
+    seconds = float(t.get("predicted_ms", 0.0)) / 1000.0 * (n - 1) / n
+    return tokens, seconds, int(t.get("draft_n", 0) or 0), int(t.get("draft_n_accepted", 0) or 0)

@@ -1,0 +1,485 @@
+"""`edgespec bench`: plain llama.cpp, its own prompt lookup, and edgespec's drafters,
+side by side on the same prompts in one process, interleaved prompt by prompt so
+machine noise falls on all of them alike.
+
+Every method is timed the same way: a stream, clocked from its first token to its
+last, so prefill is excluded everywhere and tokens/s is decoding speed.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import defaultdict
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from edgespec.api import EdgeSpec
+from edgespec.bench import llama_server
+from edgespec.bench.common import Run, encode_prompt, print_wide, timed
+from edgespec.bench.hf_assisted import hf_methods
+from edgespec.bench.hybrid_compare import INTERVAL, against_best_member, verdict
+from edgespec.bench.llama_server import NAME, decode_timing
+from edgespec.bench.oracle import lookup_oracle_time
+from edgespec.bench.replay import REPLAYABLE, replay
+from edgespec.drafters import HYBRID, check_drafter
+from edgespec.errors import EdgespecError
+from edgespec.memory.planner import uses_model
+from edgespec.models.store import model_file, resolve
+from edgespec.spec import calibration
+from edgespec.spec.cpu_load import OtherLoad, contends
+from edgespec.spec.drafter import drafter_backends
+from edgespec.spec.verifier import SamplingParams
+
+PLAIN = "plain"
+PEER = "llama-cpp-python-lookup"
+
+
+class _LlamaCppPython:
+    """llama-cpp-python's own high-level generation, as its users run it."""
+
+    def __init__(self, path: Path, ctx: int, threads: int, lookup: bool, is_eog: Callable[[int], bool],
+                 params: SamplingParams = SamplingParams()) -> None:
+        from llama_cpp import LLAMA_DEFAULT_SEED, Llama
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        self.llm = Llama(
+            str(path), n_ctx=ctx, n_threads=threads, n_threads_batch=threads, n_batch=512,
+            draft_model=LlamaPromptLookupDecoding() if lookup else None, verbose=False,
+            # with a draft model Llama keeps logits for every position but sizes that
+            # buffer by n_batch unless logits_all is given: past 512 tokens it crashes
+            logits_all=lookup, seed=LLAMA_DEFAULT_SEED if params.seed is None else params.seed,
+        )
+        self.is_eog = is_eog
+        self.params = params
+
+    def run(self, ids: list[int], max_tokens: int) -> Run:
+        self.llm.reset()  # no prompt cache across methods: each run pays its own prefill
+
+        def tokens() -> Iterator[int]:
+            n = 0
+            p = self.params  # plain sampling, as edgespec's (no min-p, no repeat penalty)
+            for t in self.llm.generate(ids, temp=p.temperature, top_k=1 if p.greedy else p.top_k, top_p=p.top_p,
+                                       min_p=0.0, repeat_penalty=1.0, reset=True):
+                if self.is_eog(t):
+                    return
+                yield t
+                n += 1
+                if n >= max_tokens:
+                    return
+
+        toks, dt = timed(tokens())
+        return Run(toks, dt)
+
+
+class _Edgespec:
+    def __init__(self, path: Path, drafter: str, ctx: int, threads: int, max_draft: int, device: str = "cpu",
+                 draft_min: int = 0, params: SamplingParams = SamplingParams()) -> None:
+        self.llm = EdgeSpec(str(path), drafter=drafter, n_ctx=ctx, threads=threads, max_draft=max_draft, device=device)
+        self.llm.engine.controller.min_k = draft_min
+        self.params = params
+
+    def run(self, ids: list[int], max_tokens: int) -> Run:
+        self.llm.reset()
+        d = self.llm.drafter
+        before = (d.steps, d.step_s) if d is not None else (0, 0.0)
+        toks, dt = timed(self.llm.engine.generate(ids, max_tokens, self.params))
+        st = self.llm.last_stats
+        after = (d.steps, d.step_s) if d is not None else (0, 0.0)
+        return Run(toks, dt, st.drafted, st.accepted, st.overhead_ms_per_token, st.steps,
+                   list(zip(st.position_tried, st.position_accepted)), after[0] - before[0],
+                   after[1] - before[1], {k: list(v) for k, v in st.by_key.items()})
+
+
+class _Peer:
+    """A llama-server configuration (llama_server.py) as a bench method."""
+
+    def __init__(self, server, is_eog: Callable[[int], bool]) -> None:
+        self.server, self.is_eog = server, is_eog
+
+    def run(self, ids: list[int], max_tokens: int) -> Run:
+        toks, seconds, drafted, accepted = decode_timing(self.server.complete(ids, max_tokens), self.is_eog)
+        return Run(toks, seconds, drafted, accepted)
+
+
+def _start_servers(model_path: Path, draft_models: dict[str, Path], ctx: int, threads: int,
+                   is_eog: Callable[[int], bool], servers: list, console: Console) -> dict[str, Callable]:
+    """One llama-server per configuration, appended to `servers` as it starts (the caller
+    stops them), as bench methods by row name."""
+
+    exe = llama_server.binary()
+    if exe is None:
+        raise EdgespecError("--peers llama-server: no llama-server is built on this machine "
+                            "(./install.sh --dev builds it; or set EDGESPEC_LLAMA_SERVER to one)")
+    logs = Path(tempfile.mkdtemp(prefix="edgespec-llama-server-"))
+    methods: dict[str, Callable] = {}
+    for name, spec in llama_server.configurations(draft_models).items():
+        with console.status(f"starting {name}…"):
+            server = llama_server.LlamaServer(exe, model_path, ctx, threads, spec,
+                                              logs / f"{name.replace(':', '-')}.log")
+        servers.append(server)
+        methods[name] = _Peer(server, is_eog).run
+    return methods
+
+
+def _plain_of(name: str, methods: dict) -> str:
+    """The row a method is compared with: its own runtime's or device's plain row
+    (gpu:plain for gpu:lookup, onnx:plain for onnx:auto), else llama.cpp's plain."""
+    if name.startswith(NAME):
+        return NAME
+    own = f"{name.split(':')[0]}:plain"
+    return own if ":" in name and own in methods else PLAIN
+
+
+def _label(drafter: str) -> str:
+    """A model drafter given as a path shows as its folder or file name (a hybrid's too,
+    after `auto+`: the hybrid and its model are two rows)."""
+    if drafter.startswith(HYBRID):
+        return HYBRID + _label(drafter[len(HYBRID):])
+    p = Path(drafter)
+    return p.name if len(p.parts) > 1 else drafter
+
+
+def run_bench(*args, **kwargs) -> list[dict]:
+    """`_run_bench`, with every llama-server it started stopped however it ends (Ctrl-C too)."""
+    servers: list = []
+    try:
+        return _run_bench(*args, servers=servers, **kwargs)
+    finally:
+        for server in servers:
+            server.close()
+
+
+def _run_bench(
+    model: str, prompts: list[dict], drafters: list[str], max_tokens: int, ctx: int,
+    threads: int | None, max_draft: int, peer: bool, console: Console, onnx: str | None = None,
+    devices: list[str] | None = None, uag: bool = False, draft_min: int = 0,
+    params: SamplingParams = SamplingParams(), peers: Sequence[str] = (), servers: list | None = None,
+) -> list[dict]:
+    """`onnx`: an ONNX export of the same model; its rows (`onnx:plain`, `onnx:<drafter>`)
+    run the same prompts on ONNX Runtime, side by side with llama.cpp's. `devices`
+    beyond the first (the CPU): the same model on llama.cpp's GPU, rows `gpu:plain`,
+    `gpu:<drafter>` (plain there is edgespec's engine without a drafter). `uag`:
+    transformers' plain greedy and its universal assisted generation with each model
+    drafter (hf_assisted.py), rows `hf:plain` and `hf:uag:<drafter>`. `draft_min`: edgespec's
+    drafters verify at least that many tokens a step (DraftController.min_k). `params`: every
+    row decodes with these (sampling: outputs are not compared with plain's, and model
+    drafters sample their drafts). `peers`: "llama-server" adds llama.cpp's server, plain and
+    with each of its speculation types (and each same-vocabulary model drafter as `-md`),
+    rows `llama-server`, `llama-server:ngram-mod`, ... compared with llama-server's plain."""
+    from edgespec.runtimes.llamacpp import default_threads
+
+    if "none" in drafters:
+        raise EdgespecError("plain decoding is always in the bench; 'none' is not a drafter")
+    drafter_paths = {d: check_drafter(d) for d in drafters}  # an unknown drafter is refused before any loading
+    models = {_label(d.removeprefix(HYBRID)): d for d in drafters if uses_model(d)}  # their label: a drafter
+    unknown = [p for p in peers if p != "llama-server"]
+    if unknown:
+        raise EdgespecError(f"unknown peer {unknown[0]!r}: the bench knows llama-server")
+    if peers and not params.greedy:
+        raise EdgespecError("--peers runs greedy decoding only (no --temperature)")
+    if uag:
+        if not models:
+            raise EdgespecError("--uag runs transformers' assisted generation with a model drafter: name one in --drafters")
+        missing = [m for m in ("torch", "transformers") if find_spec(m) is None]
+        if missing:
+            raise EdgespecError(f"--uag needs the export extras ({missing[0]} is missing): pip install 'edgespec[export]'")
+    threads = threads or default_threads()
+    path = resolve(model)
+    methods: dict[str, Callable[[list[int], int], Run]] = {}
+    from edgespec.runtimes.llamacpp import init_backend
+
+    others = [d for d in (devices or ["cpu"]) if d != "cpu"]
+    init_backend(others[0] if others else "cpu")  # before anything starts llama.cpp's devices
+    on_device: dict[str, _Edgespec] = {}
+    on_onnx: dict[str, _Edgespec] = {}
+    with console.status(f"loading {model} for {2 + len(drafters)} methods…"):
+        es = {d: _Edgespec(path, d, ctx, threads, max_draft, draft_min=draft_min, params=params) for d in drafters}
+        tmpl = next(iter(es.values())).llm if es else _Edgespec(path, "none", ctx, threads, max_draft, params=params).llm
+        eog = tmpl.tokenizer.is_eog
+        methods[PLAIN] = _LlamaCppPython(path, ctx, threads, lookup=False, is_eog=eog, params=params).run
+        if peer:
+            methods[PEER] = _LlamaCppPython(path, ctx, threads, lookup=True, is_eog=eog, params=params).run
+        for d, m in es.items():
+            methods[_label(d)] = m.run
+        if onnx is not None:
+            for d in ["none", *drafters]:
+                o = _Edgespec(resolve(onnx), d, ctx, threads, max_draft, draft_min=draft_min, params=params)
+                if o.llm.tokenizer.n_vocab != tmpl.tokenizer.n_vocab:
+                    raise EdgespecError(f"{onnx} has another vocabulary than {model}: export the same model")
+                on_onnx[f"onnx:{'plain' if d == 'none' else d}"] = o
+                methods[f"onnx:{'plain' if d == 'none' else d}"] = o.run
+    if peers:
+        same_vocab = {label: model_file(drafter_paths[d]) for label, d in models.items()
+                      if drafter_backends(es[d].llm.drafter)[0].tokenizer.n_vocab == tmpl.tokenizer.n_vocab}
+        methods.update(_start_servers(model_file(path), same_vocab, ctx, threads, eog,
+                                      servers if servers is not None else [], console))
+    if uag:
+        with console.status("loading the models in transformers (dequantized to float32)…"):
+            eog_ids = [t for t in range(tmpl.tokenizer.n_vocab) if tmpl.tokenizer.is_eog(t)]
+            texts = [t for p in prompts for t in ([p["prompt"]] if "prompt" in p else [m["content"] for m in p["messages"]])]
+            # each drafter model's llama.cpp tokenizer is the one its engine row already loaded
+            on_hf = [(label, model_file(drafter_paths[d]), drafter_backends(es[d].llm.drafter)[0].tokenizer)
+                     for label, d in models.items()]
+            hf, notices = hf_methods(model_file(path), tmpl.tokenizer, on_hf, eog_ids, threads, texts)
+        for n in notices:
+            console.print(f"[yellow]{n}[/]", highlight=False, soft_wrap=True)
+        methods.update({name: m.run for name, m in hf.items()})
+    encoded = [(p["category"], encode_prompt(p, tmpl)) for p in prompts]
+    too_long = [len(ids) for _, ids in encoded if len(ids) + max_tokens > ctx]
+    if too_long:
+        raise EdgespecError(f"a prompt of {too_long[0]} tokens plus {max_tokens} new ones exceeds --ctx {ctx}")
+
+    warm = encoded[0][1][:32]
+    for run in methods.values():  # page in weights, allocate buffers
+        run(warm, 8)
+    # GPU methods load after the CPU's are timed: a software GPU (lavapipe) compiles its
+    # shaders on the CPU, in threads that would run through the CPU's calibration
+    for dev in others:
+        with console.status(f"loading {model} on --device {dev}…"):
+            for d in ["none", *drafters]:
+                g = _Edgespec(path, d, ctx, threads, max_draft, device=dev, draft_min=draft_min, params=params)
+                if g.llm.backend.device == "CPU":  # a CPU fallback would only repeat the CPU's rows
+                    raise EdgespecError(f"--device {dev}: {g.llm.backend.notice}")
+                if d == "none":
+                    console.print(f"{dev}: {g.llm.backend.device}"
+                                  + (f" ({g.llm.backend.notice})" if g.llm.backend.notice else ""), highlight=False)
+                on_device[f"{dev}:{'plain' if d == 'none' else d}"] = g
+                methods[f"{dev}:{'plain' if d == 'none' else d}"] = g.run
+        for name, g in on_device.items():
+            if name.startswith(dev + ":"):
+                g.run(warm, 8)
+
+    load = OtherLoad(own=tuple(s.proc.pid for s in servers or ()))  # the peers' decoding is the bench's own
+    runs: dict[tuple[str, str], list[Run]] = defaultdict(list)
+    identical: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # (method, category) -> [same, runs]
+    from rich.progress import Progress
+
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("bench", total=len(encoded) * len(methods))
+        for cat, ids in encoded:
+            # each device's rows compare with its own plain run (gpu:plain for gpu:*), the rest with plain
+            plain_tokens: dict[str, list[int]] = {}
+            for name, run in methods.items():
+                bar.update(task, description=f"{cat}: {name}")
+                r = run(ids, max_tokens)
+                runs[(name, cat)].append(r)
+                ref = _plain_of(name, methods)
+                if name == ref:
+                    plain_tokens[ref] = r.tokens
+                elif ref in plain_tokens and params.greedy:  # sampled outputs differ run to run
+                    for c in (cat, "all"):
+                        identical[(name, c)][0] += r.tokens == plain_tokens[ref]
+                        identical[(name, c)][1] += 1
+                bar.advance(task)
+    other_cores = _report_load(load, threads, console)
+
+    rows = []
+    cats = list(dict.fromkeys(c for c, _ in encoded))
+    # the oracle replays each prompt's plain output once: [plain, oracle] time per category
+    oracle: dict[str, list[float]] = {}
+    _print_curves(es, {**on_device, **on_onnx}, [*others, *(["onnx"] if on_onnx else [])], console)
+    if es:
+        costs = next(iter(es.values())).llm.engine.controller.cost.costs()
+        for cat in cats:
+            ids_of = [ids for c, ids in encoded if c == cat]  # runs[(PLAIN, cat)] is in this order
+            t = oracle.setdefault(cat, [0.0, 0.0])
+            for ids, r in zip(ids_of, runs[(PLAIN, cat)]):
+                t[0] += max(len(r.tokens) - 1, 0) * costs[1]
+                t[1] += lookup_oracle_time(ids, r.tokens, costs)
+        oracle["all"] = [sum(t[0] for t in oracle.values()), sum(t[1] for t in oracle.values())]
+        console.print("oracle and replay rows priced at these batch costs", highlight=False)
+    replayed = _replays(drafters, encoded, runs, es, path, max_draft, draft_min, costs) if es and params.greedy else {}
+    for cat in cats + ["all"]:
+        def agg(name: str) -> tuple[int, float, int, int, float, list, int]:
+            rs = [r for (n, c), lst in runs.items() for r in lst if n == name and (cat == "all" or c == cat)]
+            toks = sum(len(r.tokens) - 1 for r in rs)  # the first token's time is the prefill's
+            secs = sum(r.decode_s for r in rs)
+            drafted = sum(r.drafted for r in rs)
+            acc = sum(r.accepted for r in rs)
+            over = sum(r.overhead_ms * len(r.tokens) for r in rs) / max(1, sum(len(r.tokens) for r in rs))
+            pos: list[list[int]] = []
+            for r in rs:
+                for i, (t, a) in enumerate(r.position):
+                    while len(pos) <= i:
+                        pos.append([0, 0])
+                    pos[i][0] += t
+                    pos[i][1] += a
+            dsteps = sum(r.drafter_steps for r in rs)
+            step_ms = 1000 * sum(r.draft_s for r in rs) / dsteps if dsteps else None
+            keys: dict[str, list[int]] = {}
+            for r in rs:
+                for k, (dr, ac) in r.by_key.items():
+                    keys.setdefault(k, [0, 0])
+                    keys[k][0] += dr
+                    keys[k][1] += ac
+            return toks, secs, drafted, acc, over, pos, sum(r.steps for r in rs), step_ms, keys
+
+        ptoks, psecs, *_ = agg(PLAIN)
+        plain_tps = ptoks / psecs if psecs else 0.0
+        for name in methods:
+            toks, secs, drafted, acc, over, pos, steps, step_ms, keys = agg(name)
+            tps = toks / secs if secs else 0.0
+            ref = _plain_of(name, methods)
+            if ref not in (PLAIN, name):
+                otoks, osecs, *_ = agg(ref)
+                base_tps = otoks / osecs if osecs else 0.0
+            else:
+                base_tps = plain_tps
+            rows.append({
+                "drafter": name,
+                "category": cat,
+                "tokens_per_s": round(tps, 3),
+                "acceptance_rate": round(acc / drafted, 4) if drafted else None,
+                "ratio_to_plain": round(tps / base_tps, 3) if base_tps else None,
+                "overhead_ms_per_token": round(over, 4) if name not in (PLAIN, PEER) and not name.startswith(("hf:", "llama-server"))
+                else None,
+                "tokens": toks,
+                "mean_accepted": round((steps + acc) / steps, 3) if steps else None,
+                "acceptance_by_position": [round(a / t, 3) if t else None for t, a in pos][:8],
+                "identical_to_plain": ("{}/{}".format(*identical[(name, cat)]) if (name, cat) in identical else None),
+                "drafter_step_ms": round(step_ms, 3) if step_ms is not None else None,
+                # which kind of draft the accepted tokens came from (the hybrid mixes them)
+                "by_drafter": {k: {"drafted": dr, "accepted": ac} for k, (dr, ac) in sorted(keys.items())},
+            })
+        if cat in oracle:
+            rows.append(_oracle_row(cat, plain_tps, *oracle[cat], ptoks))
+        for d, totals in replayed.items():
+            rows.append(_replay_row(d, cat, plain_tps, *totals[cat], ptoks))
+    _against_best_peer(rows)
+    compared = against_best_member(runs, cats)
+    for r in rows:
+        r["other_cores"] = other_cores
+        if r["category"] in compared.get(r["drafter"], {}):
+            r["against_best_member"] = compared[r["drafter"]][r["category"]]
+        if r["drafter"] == ORACLE or r["drafter"].startswith(REPLAY):
+            r["batch_costs_ms"] = [round(1000 * float(c), 3) for c in costs[1:]]  # batch sizes 1, 2, ...
+    return rows
+
+
+def _print_curves(es: dict, on_device: dict, others: list[str], console: Console) -> None:
+    """Every batch size timed once more after the runs, on the first engine of each device
+    and runtime (llama.cpp, ONNX Runtime): what the oracle and replay rows are priced at
+    (decoding measures only the sizes it runs). Nothing is cached: the engines' own
+    curves are what decoding learned."""
+    curves = [("", next(iter(es.values())))] if es else []
+    for dev in others:
+        g = next((g for n, g in on_device.items() if n.startswith(dev + ":") and not n.endswith(":plain")), None)
+        if g is not None:
+            curves.append((dev + " ", g))
+    for label, e in curves:
+        e.llm.reset()
+        cost = e.llm.engine.calibrate(fresh=True, save=False)
+        console.print(f"{label}batch cost timed after the runs, in units of one token: "
+                      + ", ".join(f"{n}: {t / cost[1]:.2f}" for n, t in sorted(cost.items())), highlight=False)
+
+
+def _against_best_peer(rows: list[dict]) -> None:
+    """Each edgespec method's speed-up over plain against the best llama-server type's over
+    llama-server's own plain, per category (`x_best_peer`); nothing without peer rows."""
+    best: dict[str, float] = {}
+    for r in rows:
+        if r["drafter"].startswith(NAME + ":") and r["ratio_to_plain"]:
+            best[r["category"]] = max(best.get(r["category"], 0.0), r["ratio_to_plain"])
+    for r in rows:
+        name = r["drafter"]
+        # measured edgespec rows only: a replay or the oracle is priced, not run against the peer
+        mine = r["ratio_to_plain"] and name not in (PLAIN, PEER) and not name.startswith((NAME, "hf:", ORACLE, REPLAY))
+        if mine and r["category"] in best:
+            r["x_best_peer"] = round(r["ratio_to_plain"] / best[r["category"]], 3)
+
+
+def _report_load(load: OtherLoad, threads: int, console: Console) -> float | None:
+    """Says how busy other processes kept the cores while the methods were timed: with
+    llama.cpp's threads waiting on them, the timings would describe that load."""
+    cores = load.cores()
+    if contends(cores, threads):
+        console.print(f"[yellow]warning: other processes kept {cores:.2f} cores busy while the methods were timed, "
+                      f"and the bench's {threads} threads wanted {threads} of {os.cpu_count()} cores: these timings "
+                      "describe that load. Run the bench on an otherwise idle machine.[/]", highlight=False)
+    elif cores is not None:
+        console.print(f"[dim]other processes kept {cores:.2f} cores busy while the methods were timed[/]",
+                      highlight=False)
+    return cores
+
+
+REPLAY = "replay:"
+
+
+def _replays(drafters: list[str], encoded: list[tuple[str, list[int]]], runs: dict, es: dict, path: Path,
+             max_draft: int, draft_min: int, costs: Sequence[float]) -> dict[str, dict[str, list[float]]]:
+    """Each text-only drafter replayed on plain's outputs (replay.py) at `costs`, the curve
+    the oracle is priced at: the same text for every method, so the ratio is the method's alone."""
+    plain = {cat: iter(runs[(PLAIN, cat)]) for cat in dict.fromkeys(c for c, _ in encoded)}
+    recorded = [(cat, ids, next(plain[cat]).tokens) for cat, ids in encoded]  # runs[...] is in prompt order
+    first = next(iter(es.values())).llm
+    seed = calibration.load_kinds(path, [])  # what the real runs' controllers started from, and added to
+    return {d: replay(first.tokenizer, recorded, d, costs, max_draft, seed, draft_min)
+            for d in drafters if d in REPLAYABLE}
+
+
+def _replay_row(drafter: str, cat: str, plain_tps: float, plain_time: float, replay_time: float, drafted: int,
+                accepted: int, tokens: int) -> dict:
+    return _replayed_row(REPLAY + drafter, cat, plain_tps, plain_time, replay_time, tokens,
+                         round(accepted / drafted, 4) if drafted else None,
+                         "plain's output replayed by the real engine and controller at the measured batch costs")
+
+
+ORACLE = "oracle:lookup"
+
+
+def _oracle_row(cat: str, plain_tps: float, plain_time: float, oracle_time: float, tokens: int) -> dict:
+    """What prompt lookup would reach with a controller that knows how many tokens
+    each proposal gets accepted, on this run's own plain output and batch costs."""
+    return _replayed_row(ORACLE, cat, plain_tps, plain_time, oracle_time, tokens, None,
+                         "upper bound: plain output replayed with perfect knowledge of acceptance")
+
+
+def _replayed_row(name: str, cat: str, plain_tps: float, plain_time: float, seconds: float, tokens: int,
+                  acceptance: float | None, note: str) -> dict:
+    """A row priced, not timed: plain's output replayed at the run's batch costs."""
+    ratio = plain_time / seconds if seconds else None
+    return {"drafter": name, "category": cat,
+            "tokens_per_s": round(plain_tps * ratio, 3) if ratio else 0.0, "acceptance_rate": acceptance,
+            "ratio_to_plain": round(ratio, 3) if ratio else None, "overhead_ms_per_token": None,
+            "tokens": tokens, "mean_accepted": None, "acceptance_by_position": [],
+            "identical_to_plain": None, "drafter_step_ms": None, "by_drafter": {}, "note": note}
+
+
+def print_rows(rows: list[dict], console: Console) -> None:
+    peers = any("x_best_peer" in r for r in rows)
+    t = Table("category", "method", "tok/s", "x plain", *(["x best peer"] if peers else []), "accept", "by position",
+              "overhead ms/tok", "same as plain", "drafter ms/step", "accepted from",
+              title="edgespec bench (decode speed, prefill excluded; measured side by side in one run)")
+    for r in rows:
+        t.add_row(
+            r["category"], r["drafter"], f"{r['tokens_per_s']:.2f}",
+            f"{r['ratio_to_plain']:.2f}" if r["ratio_to_plain"] is not None else "-",
+            *([f"{r['x_best_peer']:.2f}" if "x_best_peer" in r else "-"] if peers else []),
+            f"{r['acceptance_rate']:.0%}" if r["acceptance_rate"] is not None else "-",
+            "/".join("-" if a is None else f"{100 * a:.0f}" for a in r["acceptance_by_position"][:4]) or "-",
+            f"{r['overhead_ms_per_token']:.3f}" if r["overhead_ms_per_token"] is not None else "-",
+            r["identical_to_plain"] or "-",
+            f"{r['drafter_step_ms']:.1f}" if r.get("drafter_step_ms") is not None else "-",
+            " ".join(f"{k} {v['accepted']}" for k, v in r.get("by_drafter", {}).items() if v["accepted"]) or "-",
+        )
+    print_wide(console, t, 160)
+    print_hybrids(rows, console)
+
+
+def print_hybrids(rows: list[dict], console: Console) -> None:
+    """Each hybrid against the best single drafter it mixes, with the precision this run allows."""
+    compared = [r for r in rows if "against_best_member" in r]
+    if not compared:
+        return
+    t = Table("category", "hybrid", "best member", "x best member", f"{INTERVAL:.0%} interval", "prompts", "measured",
+              title="hybrids against the best single drafter they mix (paired by prompt, resampled)")
+    for r in compared:
+        c = r["against_best_member"]
+        t.add_row(r["category"], r["drafter"], c["best_member"], f"{c['ratio']:.3f}",
+                  "{:.3f}-{:.3f}".format(*c["interval"]), str(c["prompts"]), verdict(c))
+    print_wide(console, t, 120)

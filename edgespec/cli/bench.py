@@ -1,0 +1,106 @@
+"""edgespec bench: plain decoding, edgespec's drafters and peers, side by side in one run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from edgespec.bench.common import load_prompts
+from edgespec.bench.fpga import print_fpga_rows, run_fpga_bench
+from edgespec.bench.record import markdown as tables, record
+from edgespec.bench.run import print_rows, run_bench
+from edgespec.bench.simulated import print_projection, run_projection
+from edgespec.cli.common import CtxOpt, MaxDraftOpt, ModelOpt, ThreadsOpt, app, err, fail, out, user_errors
+from edgespec.errors import EdgespecError
+from edgespec.runtimes.gpu.devices import DEVICES
+from edgespec.spec.verifier import SamplingParams
+
+
+@app.command()
+@user_errors
+def bench(
+    model: str = ModelOpt,
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="JSONL: {category, prompt} or {category, messages}; "
+                                           "or a shipped set: shipped (the default), heldout, all."),
+    drafters: str = typer.Option("lookup,ngram,recycle,auto", "--drafters", help="Comma-separated edgespec drafters."),
+    max_tokens: int = typer.Option(256, "--max-tokens", "-n", min=1),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the run here: its rows, the machine "
+                                             "and the command (what the docs' tables are generated from)."),
+    markdown: Optional[Path] = typer.Option(None, "--markdown", help="Print the tables of a run written by --json "
+                                            "as markdown, and run nothing."),
+    ctx: int = CtxOpt,
+    threads: Optional[int] = ThreadsOpt,
+    max_draft: int = MaxDraftOpt,
+    peer: bool = typer.Option(True, "--peer/--no-peer", help="Include llama-cpp-python's own prompt lookup."),
+    peers: str = typer.Option("", "--peers", help="llama-server: also run llama.cpp's server (built by "
+                              "./install.sh --dev) plain and with each of its speculation types, as rows llama-server:*."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N prompts of each category."),
+    onnx: Optional[str] = typer.Option(None, "--onnx", help="An ONNX export of the same model: also run it on ONNX Runtime."),
+    backend: str = typer.Option("cpu", "--backend", help="cpu (measured here) or fpga-sim (acceptance measured here, "
+                                "tokens/s and energy simulated for TeLLMe v2's design on a KV260)."),
+    device: str = typer.Option("cpu", "--device", help="Comma-separated devices to measure side by side, e.g. "
+                               "cpu,gpu: rows of other devices are named gpu:plain, gpu:lookup, ..."),
+    device_profile: Optional[str] = typer.Option(None, "--device-profile", help="Comma-separated device profiles "
+                                                 "(adreno-750, mali-g720, apple-m3, laptop-igpu): tokens/s PROJECTED "
+                                                 "for their GPUs from acceptance measured here."),
+    uag: bool = typer.Option(False, "--uag", help="Also run transformers on the same GGUF files (float32): plain "
+                             "greedy and universal assisted generation with each model drafter, as rows hf:*."),
+    budget: Optional[str] = typer.Option(None, "--memory-budget", "-b", help="With --device-profile: the memory the "
+                                         "app may use on the device (default: the profile's), planned for."),
+    draft_min: int = typer.Option(0, "--draft-min", min=0, help="Verify at least this many draft tokens a step, "
+                                  "paying or not (llama.cpp's --draft-min): compares drafters' acceptance where "
+                                  "adaptive drafting would decline."),
+    temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 is greedy. Above 0 every row samples "
+                                      "(plain llama.cpp too) and model drafters sample their drafts."),
+    seed: int = typer.Option(0, "--seed", help="With --temperature: each prompt's sampling seed."),
+) -> None:
+    """Plain llama.cpp, its prompt lookup and edgespec's drafters, side by side in one run.
+
+    Example: edgespec bench -m qwen2.5-coder-1.5b --drafters lookup,auto --peers llama-server -n 256 --json bench.json
+    (edgespec bench --markdown bench.json then prints its table;
+    add --onnx FOLDER to run an `edgespec export` of the model on ONNX Runtime beside llama.cpp;
+    --backend fpga-sim prices every call on a simulated KV260 FPGA instead of timing this CPU;
+    --device cpu,gpu measures llama.cpp's Vulkan GPU beside the CPU;
+    --device-profile adreno-750,apple-m3 projects phone and laptop GPUs)
+    """
+    if markdown is not None:
+        print(tables(json.loads(markdown.read_text())), end="")
+        return
+    names = [d.strip() for d in drafters.split(",") if d.strip()]
+    if temperature > 0 and (device_profile or backend != "cpu" or uag):
+        fail("--temperature is measured on the CPU rows only (not with --device-profile, --backend fpga-sim or --uag)")
+    if budget and not device_profile:
+        # every method of a measured bench runs in this one process: no budget can hold for each
+        fail("bench takes --memory-budget with --device-profile only; to measure a budget here use "
+              "`edgespec profile MODEL --memory-budget SIZE` (or --sweep)")
+    if device_profile:
+        rows = run_projection(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft,
+                              [p.strip() for p in device_profile.split(",") if p.strip()], err, budget)
+        print_projection(rows, out)
+        if json_path:
+            json_path.write_text(json.dumps(record(rows, model), indent=2))
+        return
+    if backend == "fpga-sim":
+        rows = run_fpga_bench(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft, err)
+        print_fpga_rows(rows, out)
+        if json_path:
+            json_path.write_text(json.dumps(record(rows, model), indent=2))
+        return
+    if backend != "cpu":
+        raise EdgespecError(f"unknown --backend {backend!r}: cpu or fpga-sim")
+
+    devices = [d.strip() for d in device.split(",") if d.strip()]
+    bad = [d for d in devices if d not in DEVICES]
+    if bad or not devices or devices[0] != "cpu" and len(devices) > 1:
+        fail(f"--device takes cpu, or cpu followed by others (cpu,gpu): got {device!r}")
+    rows = run_bench(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft, peer, err,
+                     onnx=onnx, devices=devices, uag=uag, draft_min=draft_min,
+                     params=SamplingParams(temperature=temperature, seed=seed),
+                     peers=[p.strip() for p in peers.split(",") if p.strip()])
+    print_rows(rows, out)
+    if json_path:
+        json_path.write_text(json.dumps(record(rows, model), indent=2))
+        err.print(f"[dim]wrote {json_path}[/]")

@@ -1,0 +1,1 @@
+"""Memory budgets: footprint prediction, the planner, a GPU driver's memory."""

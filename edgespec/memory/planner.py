@@ -1,0 +1,573 @@
+"""The planner: given a memory budget, the configuration to run (SpecMemo-style).
+
+It searches context size, KV cache type, micro-batch, weight loading, drafter
+and draft length over the memory model (footprint.py) and keeps the best that
+fits: an unquantized KV cache first (a quantized one changes the model's own
+output), then the context the user asked for (a conversation needs it), then the
+drafter asked for before its fallbacks (that drafter VocabTrim'd, then model-free
+drafting). The draft length is the largest that fits, because the controller
+only shortens drafts that do not pay; the predicted speed-up is reported beside
+the plan. `plan` is pure: no model is loaded, so it is tested without one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from edgespec.drafters import HYBRID, check_drafter
+from edgespec.errors import EdgespecError, ModelError
+from edgespec.export.gguf_trim import cached_trim
+from edgespec.memory.driver_memory import measured
+from edgespec.memory.footprint import (GPU_DRIVER_FIXED, Footprint, ModelConfig, fmt_bytes, parse_bytes, predict,
+                                       process_rss)
+from edgespec.models.facts import ModelFacts
+from edgespec.models.store import model_file
+from edgespec.runtimes.gpu.devices import GPU_RESERVE_BYTES, GPU_RESERVE_SHARE, gpu_layers, place, shares_ram
+from edgespec.runtimes.gpu.profiles import ModelShape, RooflineCost
+from edgespec.runtimes.kv_cache import KV_QUALITY
+from edgespec.spec import calibration
+from edgespec.spec.controller import CostModel
+
+if TYPE_CHECKING:
+    from edgespec.runtimes.gpu.profiles import DeviceProfile
+
+MIN_CTX = 256
+BATCHES = (512, 128, 64)
+# Prior acceptance per drafted token, before anything is measured. Model-free drafts
+# are accepted less often than a model's; both are the bench's order of magnitude on
+# this project's prompts (see README, "Measured"); the engine learns the real rates.
+PRIOR_ACCEPT = {"model": 0.7, "free": 0.6}
+# A k-token verification costs about this much more than one token per extra token
+# where nothing was measured (the bench's calibration curve replaces it).
+DEFAULT_BATCH_SLOPE = 0.25
+# VocabTrim sizes the planner may cut a same-vocabulary drafter model to, largest first, where
+# the model as named does not fit a budget (export/gguf_trim.py builds the one chosen, once)
+TRIM_KS = (32768, 16384, 8192)
+TRIM_MARK = "@trim"
+# Plans fill at most this share of a budget: the memory model's error against
+# measured peak RSS was within 4% on the models profiled (README, "Memory").
+HEADROOM = 0.95
+
+
+class BudgetError(EdgespecError):
+    """A memory budget too small for what was asked."""
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    """The GPU a plan offloads to: its free memory, and whether that memory is the
+    system's RAM (integrated and software GPUs), which the budget then covers too."""
+
+    free: int
+    shares_ram: bool
+    name: str = "GPU"
+    driver: int | None = None  # the driver's own memory, measured (driver_memory.py); None: estimated
+
+    @property
+    def allowance(self) -> int:
+        return int(self.free * (1 - GPU_RESERVE_SHARE) - GPU_RESERVE_BYTES)
+
+
+@dataclass
+class Plan:
+    budget: int | None
+    n_ctx: int
+    kv_type: str
+    n_batch: int
+    load: str
+    drafter: str
+    max_draft: int
+    footprint: Footprint
+    speedup: float  # predicted over plain decoding with the same configuration
+    minimum: int  # the least plain decoding needs
+    minimum_speculative: int  # the least needed to speculate at all
+    notes: list[str] = field(default_factory=list)
+    target: ModelFacts | None = None
+    drafter_model: ModelFacts | None = None
+    n_gpu_layers: int = 0  # of n_layer + 1 offloaded; 0: the CPU alone
+    n_outputs_max: int = 0  # logits rows reserved per micro-batch (0: llama.cpp's default, n_batch)
+    gpu: "GpuMemory | None" = None
+
+    def config(self, prefill: int | None = None) -> ModelConfig:
+        """The target's configuration; `prefill` narrows the attention-score bound
+        from a full context to a known workload's longest prompt."""
+        return ModelConfig(n_ctx=self.n_ctx, kv_type=self.kv_type, n_batch=self.n_batch, load=self.load,
+                           flash_attn=self.flash_attn, max_outputs=self.max_draft + 1 if self.drafter != "none" else 1,
+                           prefill=self.n_ctx if prefill is None else prefill, n_outputs_max=self.n_outputs_max,
+                           gpu_layers=self.n_gpu_layers)
+
+    def predict(self, prefill: int | None = None, baseline: int | None = None) -> Footprint:
+        """The footprint of this plan for a workload whose prompts reach `prefill` tokens."""
+        assert self.target is not None
+        return _predict(self.target, self.config(prefill), self.drafter,
+                        self.drafter_model if uses_model(self.drafter) else None,
+                        self.footprint.baseline if baseline is None else baseline, None, self.gpu)
+
+    @property
+    def flash_attn(self) -> bool:
+        return self.kv_type != "f16"
+
+    def backend_options(self) -> dict:
+        """Keyword arguments for LlamaCppBackend (target and drafter model alike)."""
+        opts = {"kv_type": self.kv_type, "n_batch": self.n_batch, "load": self.load,
+                "n_outputs_max": self.n_outputs_max}
+        if self.gpu is None:
+            return opts
+        # all layers as -1, so a drafter model with more layers than the target gets all of its own
+        full = self.target is not None and self.n_gpu_layers > self.target.n_layer
+        return {**opts, "n_gpu_layers": -1 if full else self.n_gpu_layers}
+
+    def to_dict(self) -> dict:
+        return {
+            "budget": self.budget, "n_ctx": self.n_ctx, "kv_type": self.kv_type, "n_batch": self.n_batch,
+            "load": self.load, "flash_attn": self.flash_attn, "drafter": self.drafter, "max_draft": self.max_draft,
+            "predicted": self.footprint.to_dict(), "predicted_speedup": round(self.speedup, 3),
+            "minimum": self.minimum, "minimum_speculative": self.minimum_speculative, "notes": self.notes,
+            "n_gpu_layers": self.n_gpu_layers, "n_outputs_max": self.n_outputs_max,
+        }
+
+    def summary(self) -> str:
+        b = f"budget {fmt_bytes(self.budget)}" if self.budget else "no budget"
+        gpu = f", {self.n_gpu_layers} layers on the GPU" if self.gpu is not None else ""
+        return (f"{b}: context {self.n_ctx}, KV {self.kv_type}, batch {self.n_batch}, weights {self.load}{gpu}, "
+                f"drafter {self.drafter}" + (f", up to {self.max_draft} draft tokens" if self.max_draft else "")
+                + "; predicted "
+                f"{fmt_bytes(self.footprint.total)}")
+
+
+def named_drafters(drafter: str) -> list[str]:
+    """The drafters a request names: one, or several ("a,b") for the planner to choose
+    among by predicted throughput, e.g. a drafter and its VocabTrim'd exports."""
+    return list(dict.fromkeys(d.strip() for d in drafter.split(",") if d.strip()))
+
+
+def drafter_candidates(drafter: str, trims: Sequence[str] = ()) -> list[tuple[str, int]]:
+    """The drafters a plan may choose, each with its tier: those named first (tier 0, ranked
+    among themselves by predicted throughput), then what to fall back to when none fits: a
+    named model trimmed (`trims`, in their order: the most tokens kept first, since trimming
+    costs acceptance), the model-free hybrid where a model was named, then plain decoding."""
+    named = named_drafters(drafter)
+    out = [(d, 0) for d in named] + [(t, 1 + i) for i, t in enumerate(trims)]
+    if any(uses_model(d) for d in named) and "auto" not in named:
+        out.append(("auto", 1 + len(trims)))
+    if "none" not in named:
+        out.append(("none", 2 + len(trims)))
+    return out
+
+
+def trimmed_facts(facts: ModelFacts, k: int) -> ModelFacts:
+    """A drafter model's facts once trimmed to `k` tokens as gguf_trim does it: the rows of its
+    token embedding and LM head cut to k, each row its bytes as before (sliced, not quantized
+    again), every other tensor as it is; the full embedding beside it is mapped and read by the
+    row, like the file pages of tokens never seen (outside this model, as for any trimmed export)."""
+    share = k / facts.n_vocab
+    embd, out = round(facts.embd_bytes * share), round(facts.output_bytes * share)
+    cut = facts.embd_bytes - embd + facts.output_bytes - out
+    return replace(facts, n_vocab=k, n_tokens=facts.n_tokens - (facts.n_vocab - k), embd_bytes=embd,
+                   output_bytes=out, tensor_bytes=facts.tensor_bytes - cut, file_bytes=facts.file_bytes - cut,
+                   vocab_coverage=None)
+
+
+def trim_candidates(target: ModelFacts, drafters: Mapping[str, ModelFacts]) -> dict[str, ModelFacts]:
+    """The trims a plan may fall back to (`NAME@trimK`): each named drafter model of the target's
+    own vocabulary, cut to each of TRIM_KS below it. (A model trimmed already has fewer LM-head
+    rows than the target's vocabulary, so it is not trimmed again.)"""
+    return {f"{d}{TRIM_MARK}{k}": trimmed_facts(f, k) for d, f in drafters.items()
+            if f.n_vocab == target.n_vocab and f.embd_bytes for k in TRIM_KS if k < f.n_vocab}
+
+
+def uses_model(drafter: str) -> bool:
+    return drafter not in ("none", "lookup", "ngram", "recycle", "auto")
+
+
+def predicted_speedup(drafter: str, k: int, target: ModelFacts, drafter_model: ModelFacts | None,
+                      batch_costs: Sequence[float] | None = None, draft_cost: float | None = None,
+                      accept: float | None = None) -> float:
+    """Expected tokens per step over the step's cost, in plain-decoding steps.
+
+    Acceptance per drafted token is `accept` where generations measured it for this pair,
+    else a prior (PRIOR_ACCEPT), scaled by a VocabTrim'd drafter's coverage;
+    a drafted token of a model costs `draft_cost` target tokens where its step was
+    measured, else the bytes it reads per token as a share of the target's (decoding is
+    memory-bound); batch_costs[n] is the cost of verifying n tokens relative to one
+    (measured by calibration)."""
+    if drafter == "none" or k <= 0:
+        return 1.0
+    model = uses_model(drafter) and drafter_model is not None
+    a = PRIOR_ACCEPT["model" if model else "free"]
+    if model and accept is not None:
+        a = min(accept, 0.99)  # the geometric series below needs a < 1
+    elif model and drafter_model.vocab_coverage is not None:
+        a *= drafter_model.vocab_coverage  # a trimmed LM head cannot propose the tokens it dropped (VocabTrim)
+    if not model:
+        c = 0.0
+    elif draft_cost is not None:
+        c = draft_cost
+    else:
+        c = _read_per_token(drafter_model) / max(1, _read_per_token(target))
+    best = 1.0
+    for j in range(1, k + 1):
+        tokens = (1 - a ** (j + 1)) / (1 - a)
+        if batch_costs is not None and len(batch_costs) > j + 1:
+            verify = batch_costs[j + 1] / batch_costs[1]
+        else:
+            verify = 1 + DEFAULT_BATCH_SLOPE * j
+        best = max(best, tokens / (verify + j * c))
+    return best
+
+
+def _read_per_token(facts: ModelFacts) -> int:
+    """Weight bytes one decoded token reads: all of them, except an untied input embedding,
+    of which it reads one row."""
+    return facts.tensor_bytes - (facts.embd_bytes if facts.output_bytes else 0)
+
+
+def plan(
+    target: ModelFacts,
+    budget: int | None,
+    drafter: str = "auto",
+    drafter_model: ModelFacts | Mapping[str, ModelFacts] | None = None,
+    n_ctx: int = 4096,
+    max_draft: int = 16,
+    baseline: int = 0,
+    batch_costs: Sequence[float] | None = None,
+    repack: bool | None = None,
+    gpu: GpuMemory | None = None,
+    draft_costs: Mapping[str, float] | None = None,
+    cost_source: str = "measured on this machine",
+    draft_accept: Mapping[str, float] | None = None,
+    trims: Mapping[str, ModelFacts] | None = None,
+) -> Plan:
+    """The best configuration within `budget` bytes (None: no limit, llama.cpp's defaults).
+    With `gpu`, it also chooses how many layers to offload (as many as fit, before a
+    longer draft); a GPU sharing the system's RAM counts in the budget.
+
+    `drafter` may name several drafters ("a,b"): the plan takes the one with the highest
+    predicted throughput among those that fit (a VocabTrim'd drafter is cheaper and smaller,
+    and accepted less often: its K is chosen so). `drafter_model` holds the facts of the model
+    drafter, or, with several, a mapping from each model drafter's name to its facts.
+    `batch_costs` (seconds per batch size, index 0 unused) and `draft_costs` (a drafter's
+    step in target tokens) replace the priors of `predicted_speedup` where known, as does
+    `draft_accept` (a model drafter's greedy acceptance against this target, measured); the
+    choice's note says where they came from (`cost_source`).
+
+    `baseline` is the process's own memory before any model is loaded, measured
+    by the caller: a budget covers the whole process. Raises BudgetError, naming
+    the minimum, when not even plain decoding fits."""
+    named = named_drafters(drafter)
+    if not named:
+        raise ValueError("no drafter named")
+    models = _drafter_models(named, drafter_model)
+    n_named = len(models)
+    trims = dict(trims or {}) if budget is not None else {}
+    models.update(trims)
+
+    def speedup(d: str, k: int) -> float:
+        return predicted_speedup(d, k, target, models.get(d), batch_costs, (draft_costs or {}).get(d),
+                                 (draft_accept or {}).get(d))
+
+    def basis() -> str:  # what a choice among drafters rests on
+        verify = f"verification costs {cost_source}" if batch_costs is not None else "a verification prior"
+
+        def which(measured: list[str]) -> str:
+            return f" for {', '.join(measured)}" if measured and len(measured) < n_named else ""
+
+        steps = [d for d in models if d in (draft_costs or {})]
+        accepted = [d for d in models if d in (draft_accept or {})]
+        return (f"{verify}; drafter steps {'measured' if steps else 'from weight sizes'}{which(steps)}; "
+                f"acceptance {'measured' if accepted else 'a prior'}{which(accepted)}")
+
+    want_ctx = min(n_ctx, target.n_ctx_train) if target.n_ctx_train else n_ctx
+    minimum = math.ceil(_minimum(target, baseline, "none", repack, gpu) / HEADROOM)
+    minimum_spec = math.ceil(_minimum(target, baseline, "lookup", repack, gpu) / HEADROOM)
+    if budget is None:
+        d = max(named, key=lambda d: speedup(d, max_draft))  # the first named on a tie
+        ngl = gpu_layers(target, gpu.free, want_ctx) if gpu is not None else 0
+        cfg = ModelConfig(n_ctx=want_ctx, max_outputs=max_draft + 1 if d != "none" else 1, prefill=want_ctx,
+                          gpu_layers=ngl)
+        fp = _predict(target, cfg, d, models.get(d), baseline, repack, gpu)
+        notes = [_choice_note(d, {x: f"{speedup(x, max_draft):.2f}x" for x in named}, basis())] \
+            if len(named) > 1 else []
+        return Plan(None, want_ctx, "f16", cfg.n_batch, "mmap", d, max_draft if d != "none" else 0, fp,
+                    speedup(d, max_draft), minimum, minimum_spec, notes, target, models.get(d), ngl, 0, gpu)
+
+    limit = math.floor(budget * HEADROOM)
+    if minimum > budget:
+        raise BudgetError(
+            f"a memory budget of {fmt_bytes(budget)} is too small for {_name(target)}: plain decoding needs at "
+            f"least {fmt_bytes(minimum)} (a {MIN_CTX}-token context, {_kv_types(gpu)[-1]} KV cache, this process's "
+            f"{fmt_bytes(baseline)} included)")
+    ctxs = []
+    c = want_ctx
+    while c >= MIN_CTX:
+        ctxs.append(c)
+        c //= 2
+    if not ctxs or ctxs[-1] > MIN_CTX:
+        ctxs.append(min(MIN_CTX, want_ctx))
+    best: dict[str, tuple] = {}  # per drafter: its best (key, configuration)
+    for ctx in ctxs:
+        for q, kv in enumerate(_kv_types(gpu)):
+            for d, tier in drafter_candidates(drafter, list(trims)):
+                dm = models.get(d)
+                for ngl in _offload_candidates(target, gpu, ctx, kv):
+                    for nb in BATCHES:
+                        k = _largest_draft(target, limit, baseline, d, dm, ctx, kv, nb, max_draft, repack, ngl, gpu)
+                        if k is None:
+                            continue
+                        # the model's own output first (a quantized KV cache changes it), then the
+                        # context, then a drafter named over a fallback, then the GPU's share, then
+                        # predicted throughput (which drafter named, how long a draft), then prefill batch
+                        key = (-q, ctx, -tier, ngl, speedup(d, k), k, nb)
+                        if d not in best or key > best[d][0]:
+                            best[d] = (key, ctx, kv, nb, k, ngl)
+    assert best, "the minimum fits, so the smallest context does"
+    d = max(best, key=lambda x: best[x][0])
+    _, ctx, kv, nb, k, ngl = best[d]
+    dm = models.get(d)
+    cfg = _config(ctx, kv, nb, d, k, ngl)
+    fp = _predict(target, cfg, d, dm, baseline, repack, gpu)
+    notes = []
+    if ctx < want_ctx:
+        notes.append(f"context {ctx} instead of {want_ctx}: a larger one does not fit")
+    if kv != "f16":
+        notes.append(f"KV cache quantized to {kv} (flash attention on) to fit")
+    if d not in named:
+        notes.append(f"drafter {d} instead of {drafter}: {'none of them fits' if len(named) > 1 else f'{drafter} does not fit'}")
+    else:
+        if len(named) > 1:
+            notes.append(_choice_note(d, {x: _described(best[x], ctx, kv) if x in best else None for x in named},
+                                      basis()))
+        if d != "none" and k < max_draft:
+            notes.append(f"at most {k} draft tokens instead of {max_draft}: their logits would not fit")
+        if uses_model(d) and speedup(d, k) <= 1.0:
+            notes.append(f"no draft of {d} is predicted to pay here: the controller will draft little")
+    if gpu is not None and ngl <= target.n_layer:
+        notes.append(f"{ngl} of {target.n_layer + 1} layers on {gpu.name}: more do not fit")
+    return Plan(budget, ctx, kv, nb, "read", d, k, fp, speedup(d, k), minimum, minimum_spec, notes, target, dm,
+                ngl if gpu is not None else 0, cfg.n_outputs_max, gpu)
+
+
+def _drafter_models(named: Sequence[str], drafter_model) -> dict[str, ModelFacts]:
+    """Each named model drafter's facts, from one ModelFacts (one model drafter) or a mapping."""
+    wanted = [d for d in named if uses_model(d)]
+    if isinstance(drafter_model, Mapping):
+        models = {d: drafter_model[d] for d in wanted if d in drafter_model}
+    elif drafter_model is not None and len(wanted) == 1:
+        models = {wanted[0]: drafter_model}
+    else:
+        models = {}
+    missing = [d for d in wanted if d not in models]
+    if missing:
+        raise ValueError(f"drafter {missing[0]!r} needs its model's facts")
+    return models
+
+
+def _described(found: tuple, ctx: int, kv: str) -> str:
+    """A drafter's best configuration as a choice note shows it: its predicted speed-up, and
+    what it would give up (context, KV cache type) where it fits only so."""
+    key, c, q, _, _, _ = found
+    return f"{key[4]:.2f}x" + (f" at context {c}" if c != ctx else "") + (f" with a {q} KV cache" if q != kv else "")
+
+
+def _choice_note(chosen: str, each: Mapping[str, str | None], basis: str) -> str:
+    """Why a drafter was taken among several: the model's own output and context come first
+    (see `plan`), then each one's predicted speed-up where it fits."""
+    listed = ", ".join(f"{d} {s}" if s is not None else f"{d} does not fit" for d, s in each.items())
+    return f"drafter {chosen} chosen among {listed} (predicted: {basis})"
+
+
+def _config(ctx: int, kv: str, nb: int, d: str, k: int, ngl: int = 0) -> ModelConfig:
+    """A budgeted configuration: weights read once, attention scores bounded by a full context,
+    logits reserved for the longest verification only."""
+    outputs = k + 1 if d != "none" else 1
+    return ModelConfig(n_ctx=ctx, kv_type=kv, n_batch=nb, load="read", flash_attn=kv != "f16",
+                       max_outputs=outputs, prefill=ctx, n_outputs_max=outputs, gpu_layers=ngl)
+
+
+def _offload_candidates(target: ModelFacts, gpu: GpuMemory | None, ctx: int, kv: str) -> list[int]:
+    """Layer counts worth trying, most first: all that the GPU's memory holds, then fewer."""
+    if gpu is None:
+        return [0]
+    most = gpu_layers(target, gpu.free, ctx, kv)
+    return sorted({most, min(most, target.n_layer), most * 3 // 4, most // 2, most // 4, 0}, reverse=True)
+
+
+def _fits(fp: Footprint, limit: int, gpu: GpuMemory | None) -> bool:
+    if fp.total > limit:
+        return False
+    return gpu is None or fp.gpu_bytes <= gpu.allowance
+
+
+def _largest_draft(target: ModelFacts, limit: int, baseline: int, d: str, dm: ModelFacts | None, ctx: int,
+                   kv: str, nb: int, max_draft: int, repack: bool | None, ngl: int = 0,
+                   gpu: GpuMemory | None = None) -> int | None:
+    """The largest draft length (0 for plain decoding) that fits `limit`, or None."""
+    for k in ([0] if d == "none" else range(max_draft, 0, -1)):  # two logits rows per draft token: a short scan
+        fp = _predict(target, _config(ctx, kv, nb, d, k, ngl), d, dm, baseline, repack, gpu)
+        if _fits(fp, limit, gpu):
+            return k
+    return None
+
+
+def _minimum(target: ModelFacts, baseline: int, d: str, repack: bool | None, gpu: GpuMemory | None = None) -> int:
+    """The smallest footprint of drafter `d` (none: plain decoding) before headroom."""
+    cfg = _config(MIN_CTX, _kv_types(gpu)[-1], BATCHES[-1], d, 1)
+    return _predict(target, cfg, d, None, baseline, repack, gpu).total
+
+
+def _kv_types(gpu: GpuMemory | None) -> tuple[str, ...]:
+    """KV cache types a plan may choose: on a GPU, f16 only, since a quantized cache turns on
+    flash attention, whose pipelines the driver's measured memory does not include."""
+    return ("f16",) if gpu is not None else KV_QUALITY
+
+
+def _predict(target: ModelFacts, cfg: ModelConfig, d: str, dm: ModelFacts | None, baseline: int,
+             repack: bool | None, gpu: GpuMemory | None) -> Footprint:
+    return predict(target, cfg, d, dm, baseline=baseline, repack=repack, gpu_shares_ram=gpu is None or gpu.shares_ram,
+                   gpu_driver=gpu.driver if gpu is not None else None)
+
+
+def _name(m: ModelFacts) -> str:
+    return Path(m.path).stem
+
+
+
+def plan_for_profile(target: ModelFacts, profile: "DeviceProfile", budget: int | None = None, drafter: str = "auto",
+                     drafter_model: ModelFacts | None = None, n_ctx: int = 4096, max_draft: int = 16,
+                     baseline: int = 0) -> Plan:
+    """The plan for a device that is not here (a DeviceProfile of runtimes/gpu/profiles.py):
+    layers offloaded to its GPU as its memory allows (shared RAM where the profile says so),
+    the budget by default the memory an app gets there, and the speed-up predicted from its
+    roofline's verification costs rather than this machine's. Its driver's memory cannot be
+    measured here: an assumed fixed amount counts instead (lavapipe's line would charge a
+    CPU's compiled shaders to a GPU), and the plan says so."""
+    cost = RooflineCost(profile, ModelShape.from_facts(target))
+    n_past = min(n_ctx, target.n_ctx_train or n_ctx) // 2  # a conversation half-way through its context
+    batch_costs = [0.0] + [cost.eval_cost(n, n_past).seconds for n in range(1, max_draft + 2)]
+    gpu = GpuMemory(profile.memory_bytes, profile.shared_memory, profile.description, driver=GPU_DRIVER_FIXED)
+    try:
+        p = plan(target, profile.memory_bytes if budget is None else budget, drafter, drafter_model, n_ctx=n_ctx,
+                 max_draft=max_draft, baseline=baseline, batch_costs=batch_costs, gpu=gpu,
+                 cost_source=f"from {profile.name}'s roofline")
+    except BudgetError as e:
+        raise BudgetError(f"{profile.name}: {e}") from None
+    p.notes.insert(0, f"PROJECTED for {profile.name}: its GPU driver's memory assumed to be {fmt_bytes(GPU_DRIVER_FIXED)}, "
+                      f"not measured; this process's {fmt_bytes(baseline)} counted as if on the device")
+    return p
+
+
+def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: int = 16,
+              budget: int | str | None = None, device: str = "cpu", trim: bool = True) -> Plan | None:
+    """The plan for a model file and drafter name, this process's memory now as the
+    baseline. None without a budget for models the memory model does not cover
+    (ONNX exports); with a budget they are refused. With `device` gpu or auto, the
+    GPU llama.cpp would use is planned for (see `plan`); a budget then first measures the
+    driver's memory for these models, once per machine (driver_memory.py).
+
+    On the CPU, where a drafter model of the target's vocabulary does not fit the budget
+    but would once VocabTrim'd, the plan trims it (`trim`; the most tokens that fit, built
+    once into the cache by export/gguf_trim.py) and drafts with the trimmed model."""
+    if isinstance(budget, str):
+        try:
+            budget = parse_bytes(budget)
+        except ValueError as e:
+            raise BudgetError(str(e)) from None
+    named = named_drafters(drafter)
+    found = {d: check_drafter(d) for d in named}  # an unknown name is refused before any file is read
+    files = {d: model_file(p) for d, p in found.items() if p is not None}  # the model drafters'
+    target_file = model_file(model_path)
+    onnx = [p for p in [target_file, *files.values()] if p.suffix.lower() != ".gguf"]
+    if onnx:
+        if budget is None and len(named) == 1:
+            return None
+        raise BudgetError(f"memory budgets and a choice among drafters are planned for GGUF models (llama.cpp); "
+                          f"{onnx[0]} is not one")
+    target = ModelFacts.from_gguf(target_file)
+    drafter_facts = {d: ModelFacts.from_gguf(p) for d, p in files.items()}
+    facts = [target, *drafter_facts.values()]
+    baseline = process_rss()["rss"]
+    gpu = gpu_memory(device)
+    if gpu is not None and len(drafter_facts) > 1:
+        raise BudgetError("a GPU plan takes one model drafter (its driver's memory is measured for that pair): "
+                          f"name one of {', '.join(drafter_facts)}")
+    if gpu is not None:  # a budget needs the driver's memory measured; a prediction uses it when known
+
+        widths = max_draft + 1 if drafter != "none" else 1  # the verification widths the plan may run
+        driver = measured(facts, device, gpu.name, BATCHES[0], widths, run=False)
+        if driver is None and budget is not None:  # refuse what cannot fit even without the driver before measuring it
+            try:
+                plan(target, budget, drafter, drafter_facts, n_ctx=n_ctx, max_draft=max_draft, baseline=baseline,
+                     gpu=replace(gpu, driver=0))
+            except BudgetError as e:
+                raise BudgetError(f"{e}, before the GPU driver's own memory") from None
+            driver = measured(facts, device, gpu.name, BATCHES[0], widths)
+        gpu = replace(gpu, driver=driver)
+    batch_costs, draft_costs = measured_costs(target_file, files, max_draft) if gpu is None else (None, {})
+    trims = trim_candidates(target, drafter_facts) if trim and budget is not None and gpu is None else {}
+    p = plan(target, budget, drafter, drafter_facts, n_ctx=n_ctx, max_draft=max_draft, baseline=baseline, gpu=gpu,
+             batch_costs=batch_costs, draft_costs=draft_costs, draft_accept=measured_acceptance(target_file, files),
+             trims=trims)
+    if p.drafter not in trims:
+        return p
+
+    base, k = p.drafter.rsplit(TRIM_MARK, 1)
+    name = base.removeprefix(HYBRID)
+    try:
+        built = cached_trim(files[base], int(k))
+    except (ModelError, OSError) as e:  # a plan without the trim still runs: say why it is missing
+        q = make_plan(model_path, drafter, n_ctx, max_draft, budget, device, trim=False)
+        assert q is not None
+        q.notes.insert(0, f"{name} could not be trimmed to fit ({e})")
+        return q
+    # planned again on the file itself: its own facts, and its measured costs once it has drafted
+    hybrid = HYBRID if base.startswith(HYBRID) else ""
+    q = make_plan(model_path, hybrid + str(built), n_ctx, max_draft, budget, device, trim=False)
+    assert q is not None
+    q.notes.insert(0, f"{name} trimmed to its {k} most used tokens (VocabTrim, in {built.parent}): with its full "
+                      f"vocabulary it does not fit at context {p.n_ctx}")
+    return q
+
+
+def measured_acceptance(target: Path, drafters: Mapping[str, Path]) -> dict[str, float]:
+    """Each model drafter's greedy acceptance per drafted token against this target, where
+    earlier generations kept it (calibration.save_acceptance; any device: the models decide it)."""
+    found = {d: calibration.acceptance(target, p) for d, p in drafters.items()}
+    return {d: c[1] / c[0] for d, c in found.items() if c}
+
+
+def measured_costs(target: Path, drafters: Mapping[str, Path], max_draft: int
+                   ) -> tuple[list[float] | None, dict[str, float]]:
+    """What earlier runs on this machine's CPU measured: the target's seconds per batch size
+    (its calibration, interpolated up to max_draft + 1) and each model drafter's step in
+    target tokens (as generation measured it). (None, {}) before the target was calibrated."""
+    seconds = calibration.latest(calibration.model_prefix(target))
+    if not seconds or 1 not in seconds:
+        return None, {}
+    cost = CostModel(max_n=max_draft + 1)
+    cost.set_timed(seconds)
+    steps = {d: calibration.latest(calibration.DRAFTER_STEP + calibration.model_prefix(p)) for d, p in drafters.items()}
+    return [float(c) for c in cost.costs()], {d: s[1] / seconds[1] for d, s in steps.items() if s and 1 in s}
+
+
+def gpu_memory(device: str) -> GpuMemory | None:
+    """The GPU a `--device` request gets from llama.cpp, or None for the CPU."""
+    if device == "cpu":
+        return None
+
+    gpus = place(device).gpus
+    if not gpus:
+        return None
+    return GpuMemory(gpus[0].free, shares_ram(gpus[0]), f"{gpus[0].name} ({gpus[0].description})")
+
+
+def plain_footprint(target: ModelFacts, n_ctx: int, baseline: int = 0, repack: bool | None = None) -> int:
+    """The least plain decoding needs at this context without changing the model's
+    output (f16 KV cache; weights read once; a small micro-batch): the reference a
+    budget such as "plain + 10%" is measured from."""
+    ctx = min(n_ctx, target.n_ctx_train) if target.n_ctx_train else n_ctx
+    cfg = ModelConfig(n_ctx=ctx, kv_type="f16", n_batch=BATCHES[-1], load="read", max_outputs=1, prefill=ctx)
+    return predict(target, cfg, "none", baseline=baseline, repack=repack).total
+

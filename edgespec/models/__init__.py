@@ -1,0 +1,1 @@
+"""Model files: the model store, GGUF and export checks."""

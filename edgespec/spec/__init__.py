@@ -1,0 +1,2 @@
+"""The speculation engine: the loop, its interfaces (Backend, Drafter), verification,
+the draft-length controller and what it learns."""

@@ -1,0 +1,54 @@
+"""Declined drafts, scored on the text that followed them.
+
+The controller learns a kind's acceptance from the drafts it verifies. A kind whose
+estimate fell below what verifying costs is declined, and learned again only from
+a probe: one token, after a wait that doubles with every failed probe. On text
+that starts to repeat (a rewrite reaching the part it copies) the declined kind
+stays silent for long stretches where it would verify several tokens a step. In
+greedy decoding a draft's fate needs no verification: a token is accepted exactly
+when it is the one the target goes on to write. So a declined draft is kept until
+the text shows where it stops matching, and is then learned as if verified whole,
+for free; a declined kind then needs no probes.
+
+Only the declined draft itself is scored, not the proposals `auto` set aside for a
+better one: those come from the steps where another kind looked better, and scoring
+them taught `auto` to prefer kinds that then did worse where it chose them.
+
+What it gains, replayed, is in docs/design.md.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from edgespec.spec.controller import AcceptanceModel
+from edgespec.spec.drafter import Draft
+from edgespec.spec.sequence import common_prefix
+
+
+class Hindsight:
+    """Declined drafts waiting for the text to decide them, each compared only with
+    the text that arrived since the last call (linear in what is written, however
+    long the run)."""
+
+    def __init__(self, acceptance: AcceptanceModel) -> None:
+        self.acceptance = acceptance
+        self._pending: list[tuple[Draft, int, int]] = []  # (draft, where it starts, tokens matched)
+
+    def add(self, draft: Draft, start: int) -> None:
+        """`draft` proposed the tokens from history position `start` on."""
+        if len(draft):
+            self._pending.append((draft, start, 0))
+
+    def advance(self, history: Sequence[int]) -> None:
+        """Learn every pending draft the text now decides."""
+        waiting = []
+        for draft, start, matched in self._pending:
+            tokens = draft.tokens
+            end = min(len(tokens), len(history) - start)
+            matched += common_prefix(tokens[matched:end], history[start + matched : start + end])
+            if matched == len(tokens) or matched < end:  # all matched, or a mismatch seen
+                self.acceptance.record(draft.key, len(tokens), matched)
+            else:
+                waiting.append((draft, start, matched))
+        self._pending = waiting

@@ -1,0 +1,1 @@
+"""The FPGA table-lookup simulation: ternary TLMM, its cycle, energy and resource models."""

@@ -1,0 +1,1 @@
+"""GPU devices (llama.cpp's Vulkan, ONNX Runtime's providers) and device profiles."""
