@@ -117,11 +117,22 @@ LocalServer(EdgeSpec(backend, drafter="auto"), "reference", port=0, limits=limit
 """
 
 
+PROBE = """
+import sys, time, httpx
+with httpx.Client() as c:
+    while True:
+        start = time.perf_counter()
+        assert c.get(sys.argv[1]).status_code == 200
+        print(time.perf_counter() - start, flush=True)
+        time.sleep(0.02)
+"""
+
+
 @pytest.mark.slow
-def test_health_stays_responsive_while_hostile_requests_keep_the_server_busy():
+def test_health_answers_within_100_ms_while_hostile_requests_keep_the_server_busy():
     """A 1 MB prompt, loop-bomb templates and a queue of requests, all at once, against a
-    server in its own process as `edgespec serve` runs; /health is probed throughout
-    (loopback, bounded to about 20 s)."""
+    server in its own process as `edgespec serve` runs; /health is probed throughout by a
+    monitor in a process of its own (loopback, bounded to about 20 s)."""
     server = subprocess.Popen([sys.executable, "-c", SERVER, str(Path(__file__).parent)], stdout=subprocess.PIPE,
                               text=True)
     try:
@@ -133,14 +144,13 @@ def test_health_stays_responsive_while_hostile_requests_keep_the_server_busy():
         server.wait(timeout=20)
     assert all(s in (200, 400, 503) for s in statuses), statuses
     assert 400 in statuses  # the loop bombs were refused, not run
-    p99 = statistics.quantiles(latencies, n=100)[98]
-    # not frozen for the seconds a request takes: answered between the other threads' GIL turns
-    assert len(latencies) > 20 and p99 < 0.25, f"/health p99 {p99 * 1000:.0f} ms over {len(latencies)} probes"
+    p99 = statistics.quantiles(latencies, n=100, method="inclusive")[98]
+    assert len(latencies) > 20 and p99 < 0.1, f"/health p99 {p99 * 1000:.0f} ms over {len(latencies)} probes"
 
 
 def _hostile_load_and_probes(base: str) -> tuple[list[int], list[float]]:
-    stop, latencies = threading.Event(), []
-
+    """The statuses of twelve hostile requests from six clients, and the /health latencies
+    a monitor saw while they ran."""
     def hostile(i: int) -> int:
         if i % 3 == 0:
             body = {"model": "reference", "prompt": "x" * (1 << 20), "max_tokens": 4}
@@ -150,21 +160,19 @@ def _hostile_load_and_probes(base: str) -> tuple[list[int], list[float]]:
         return httpx.post(base + "/completions", json={"model": "reference", "prompt": "go", "max_tokens": 200},
                           timeout=120).status_code
 
-    def probe() -> None:
-        with httpx.Client() as c:
-            while not stop.is_set():
-                start = time.perf_counter()
-                assert c.get(base.removesuffix("/v1") + "/health").status_code == 200
-                latencies.append(time.perf_counter() - start)
-                time.sleep(0.02)
-
-    prober = threading.Thread(target=probe)
-    prober.start()
-    with ThreadPoolExecutor(6) as pool:
-        statuses = list(pool.map(hostile, range(12)))
-    stop.set()
-    prober.join()
-    return statuses, latencies
+    monitor = subprocess.Popen([sys.executable, "-c", PROBE, base.removesuffix("/v1") + "/health"],
+                               stdout=subprocess.PIPE, text=True)
+    latencies: list[float] = []
+    reader = threading.Thread(target=lambda: latencies.extend(float(line) for line in monitor.stdout), daemon=True)
+    try:
+        reader.start()
+        with ThreadPoolExecutor(6) as pool:
+            statuses = list(pool.map(hostile, range(12)))
+        during = list(latencies)
+    finally:
+        monitor.kill()
+        monitor.wait(timeout=20)
+    return statuses, during
 
 
 # -- fuzz: bodies shaped like OpenAI's requests, with every field given any value --
