@@ -157,6 +157,7 @@ class CostModel:
     _seen: dict[int, int] = field(default_factory=dict)  # observations per size since timed
     _learning: dict[int, list[float]] = field(default_factory=dict)  # a new size's observations, at speed 0
     _cache: np.ndarray | None = None
+    _optimistic: np.ndarray | None = None
 
     def set_timed(self, seconds: dict[int, float]) -> None:
         """A curve timed at one moment (a calibration, or one loaded from disk)."""
@@ -167,7 +168,7 @@ class CostModel:
         return self._t[n] * math.exp(self._speed + self._adj.get(n, 0.0))
 
     def observe(self, n: int, seconds: float) -> None:
-        self._cache = None
+        self._cache = self._optimistic = None
         if n not in self._t:  # a new size joins the curve at the current speed, once seen enough
             if seconds > 0:
                 seen = self._learning.setdefault(n, [])
@@ -214,7 +215,7 @@ class CostModel:
 
     def reset(self) -> None:
         self._t, self._adj, self._recent, self._seen, self._learning = {}, {}, {}, {}, {}
-        self._speed, self._cache = 0.0, None
+        self._speed, self._cache, self._optimistic = 0.0, None, None
 
     @property
     def measured(self) -> dict[int, float]:
@@ -243,7 +244,9 @@ class CostModel:
 
     def optimistic_costs(self) -> np.ndarray:
         """costs(), with every unmeasured size priced at `OPTIMISTIC_ROW` per extra row."""
-        return self._interpolate(np.maximum(0, np.arange(self.max_n + 1) - 1) * OPTIMISTIC_ROW + 1.0)
+        if self._optimistic is None:
+            self._optimistic = self._interpolate(np.maximum(0, np.arange(self.max_n + 1) - 1) * OPTIMISTIC_ROW + 1.0)
+        return self._optimistic
 
     def _interpolate(self, prior: np.ndarray) -> np.ndarray:
         """Measured sizes as they are; a size between two measured ones costs what the
