@@ -9,6 +9,8 @@ import shutil
 import warnings
 from pathlib import Path
 
+import numpy as np
+
 from edgespec.export.source import ExportError
 
 ONNX_QUANTS = ("fp32", "int8", "int8-dynamic", "int8-weight-only", "int4", "int4-b32", "int4-b128",
@@ -95,6 +97,8 @@ def quantize_onnx(fp32_dir: Path, out: Path, quant: str) -> Path:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # HQQ's torch.from_numpy on read-only arrays: harmless here
             q.process()
+        if quant.startswith("int4"):
+            _offsets_beside_symmetric(q.model.model)
         if quant.startswith("int4") and not quant.endswith("-f32"):
             _compute_in_int8(q.model.model)  # HQQ's config takes no accuracy level: set it on each node
         q.model.save_model_to_file(str(dst), use_external_data_format=big)
@@ -112,6 +116,59 @@ def _compute_in_int8(model) -> None:
             kept = [a for a in node.attribute if a.name != "accuracy_level"]
             del node.attribute[:]
             node.attribute.extend([*kept, onnx.helper.make_attribute("accuracy_level", INT8_COMPUTE)])
+
+
+def _offsets_beside_symmetric(model) -> None:
+    """HQQ writes a float zero point per block, for which MatMulNBits has no fast kernel:
+    every call dequantizes every block (an FFN-sized product takes about 100x the int8
+    kernel's time, docs/design.md). Since (q - z) s = (q - 8) s + (8 - z) s, each
+    product becomes MatMulNBits on the symmetric 4-bit weights (its default zero point 8,
+    the fast kernels) plus the input's block sums times each block's offset (8 - z) s.
+    The weights are HQQ's exactly, in as many bytes (an offset where a zero point was)."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    block_sums: dict[tuple[str, int], str] = {}  # an input's block sums, shared by the products reading it (q, k, v)
+    nodes = []
+    for node in g.node:
+        nodes.append(node)
+        zp = inits.get(node.input[3]) if node.op_type == "MatMulNBits" and len(node.input) > 3 else None
+        if zp is None or zp.data_type != onnx.TensorProto.FLOAT:
+            continue
+        a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+        n, bs, x = a["N"], a["block_size"], node.input[0]
+        nb = -(-a["K"] // bs)
+        scales = numpy_helper.to_array(inits[node.input[2]]).reshape(n, nb)
+        offsets = ((8 - numpy_helper.to_array(zp).reshape(n, nb)) * scales).T.astype(np.float32)
+        g.initializer.remove(zp)
+        g.initializer.append(numpy_helper.from_array(offsets, zp.name + "_offsets"))
+        node.input[3] = ""  # absent: zero point 8
+        if (x, bs) not in block_sums:
+            block_sums[x, bs] = x + f"_block_sums_{bs}"
+            nodes += _block_sum_nodes(g, x, a["K"], bs, block_sums[x, bs])
+        out = node.output[0]
+        node.output[0] = out + "_symmetric"
+        nodes += [helper.make_node("MatMul", [block_sums[x, bs], zp.name + "_offsets"], [out + "_offset"]),
+                  helper.make_node("Add", [out + "_symmetric", out + "_offset"], [out])]
+    del g.node[:]
+    g.node.extend(nodes)
+
+
+def _block_sum_nodes(g, x: str, k: int, bs: int, out: str) -> list:
+    """[b, s, K] -> [b, s, ceil(K / bs)]: the sum of each block of bs inputs (the last
+    block zero-padded)."""
+    from onnx import helper, numpy_helper
+
+    nb, pad = -(-k // bs), -k % bs
+    consts = {out + "_shape": np.array([0, 0, nb, bs], np.int64), out + "_axes": np.array([3], np.int64),
+              out + "_pads": np.array([0, 0, 0, 0, 0, pad], np.int64)}
+    g.initializer.extend(numpy_helper.from_array(v, name) for name, v in consts.items())
+    nodes = [helper.make_node("Pad", [x, out + "_pads"], [out + "_padded"])] if pad else []
+    src = out + "_padded" if pad else x
+    return nodes + [helper.make_node("Reshape", [src, out + "_shape"], [out + "_blocks"]),
+                    helper.make_node("ReduceSum", [out + "_blocks", out + "_axes"], [out], keepdims=0)]
 
 
 def _size(folder: Path) -> int:

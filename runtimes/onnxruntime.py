@@ -40,6 +40,7 @@ _NP_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor
 # inputs of an export whose attention writes a preallocated cache in place (GroupQueryAttention)
 SEQLENS = "seqlens_k"  # per sequence: tokens in the cache after this run, minus one
 TOTAL = "total_sequence_length"  # tokens in the cache after this run
+PREFILL_CHUNK = 256  # input rows per run where only the last rows' logits are wanted
 
 
 def sliding_window(config: dict) -> bool:
@@ -60,8 +61,6 @@ class OnnxBackend(Backend):
         n_threads: int | None = None,
         providers: Sequence[str | tuple[str, dict]] | None = None,
     ) -> None:
-        import onnxruntime as ort
-
         from edgespec.runtimes.llamacpp import default_threads
 
         self.path = Path(model_path)
@@ -69,19 +68,8 @@ class OnnxBackend(Backend):
             raise ModelError(f"no such ONNX model: {self.path}")
         folder = self.path.parent
         self.tokenizer = HFTokenizer(folder)
-        self.n_threads = n_threads or default_threads()
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = self.n_threads
-        so.inter_op_num_threads = 1
-        # ONNX Runtime's idle threads spin after a run, by default long enough to take the
-        # cores from whatever runs next: a drafter's session, llama.cpp, the drafting
-        # code; 100 us is enough to keep its own next run warm (docs/design.md)
-        so.add_session_config_entry("session.intra_op.spin_duration_us", "100")
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        try:
-            self._sess = ort.InferenceSession(str(self.path), so, providers=list(providers or ["CPUExecutionProvider"]))
-        except Exception as e:  # onnxruntime raises its own untyped errors for bad graphs
-            raise ModelError(f"ONNX Runtime could not load {self.path}: {str(e).splitlines()[0]}") from None
+        self._providers = list(providers or ["CPUExecutionProvider"])
+        self._open(n_threads or default_threads())
         self.providers = self._sess.get_providers()
         self.device = self.providers[0].removesuffix("ExecutionProvider")
         inputs = {i.name: i for i in self._sess.get_inputs()}
@@ -109,6 +97,36 @@ class OnnxBackend(Backend):
         self._reset_kv()
         self._max_outputs = 1
 
+    def _open(self, n_threads: int) -> None:
+        """Build the session, its intra-op pool `n_threads` wide."""
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = self.n_threads = n_threads
+        so.inter_op_num_threads = 1
+        # ONNX Runtime's idle threads spin after a run, by default long enough to take the
+        # cores from whatever runs next: a drafter's session, llama.cpp, the drafting
+        # code; 100 us is enough to keep its own next run warm (docs/design.md)
+        so.add_session_config_entry("session.intra_op.spin_duration_us", "100")
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        try:
+            self._sess = ort.InferenceSession(str(self.path), so, providers=self._providers)
+        except Exception as e:  # onnxruntime raises its own untyped errors for bad graphs
+            raise ModelError(f"ONNX Runtime could not load {self.path}: {str(e).splitlines()[0]}") from None
+
+    def set_threads(self, n: int) -> bool:
+        """A session's thread pool is fixed when it is built, so another count builds the
+        session again (the time of a load, once per change) over the same cache, whose
+        buffers are this backend's own. Other providers than the CPU's have no such pool."""
+        if self.device != "CPU":
+            return False
+        if n != self.n_threads:
+            self._sess = self._io = None  # the old session's weights go before the new ones load
+            self._open(n)
+            if self._in_place:
+                self._bind_kv()
+        return True
+
     def _reset_kv(self) -> None:
         self._n_past = 0
         self._live = np.zeros(0, np.int64)  # per cache row: 1 if it holds a kept token, 0 if rolled back
@@ -118,14 +136,18 @@ class OnnxBackend(Backend):
             # zeroed pages are only touched (resident) as rows are written
             shape = (1, self.n_head_kv, self.n_ctx, self.head_dim)
             self._kv = [ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, self._kv_dtype)) for _ in self._past_names]
-            self._io = self._sess.io_binding()
-            self._io.bind_output("logits")  # first: outputs come back in binding order; rebound every run
-            for past, present, buf in zip(self._past_names, self._present_names, self._kv):
-                self._io.bind_ortvalue_input(past, buf)
-                self._io.bind_ortvalue_output(present, buf)
+            self._bind_kv()
             return
         shape = (1, self.n_head_kv, 0, self.head_dim)
         self._kv = [np.zeros(shape, self._kv_dtype) for _ in self._past_names]
+
+    def _bind_kv(self) -> None:
+        """Each layer's cache buffer, bound as both its past input and its present output."""
+        self._io = self._sess.io_binding()
+        self._io.bind_output("logits")  # first: outputs come back in binding order; rebound every run
+        for past, present, buf in zip(self._past_names, self._present_names, self._kv):
+            self._io.bind_ortvalue_input(past, buf)
+            self._io.bind_ortvalue_output(present, buf)
 
     @property
     def n_past(self) -> int:
@@ -138,11 +160,20 @@ class OnnxBackend(Backend):
         if self._n_past + n > self.n_ctx:
             raise ContextOverflowError(f"context full: {self._n_past} + {n} tokens exceed the context of {self.n_ctx}")
         n_logits = n if n_logits is None else n_logits
-        self._max_outputs = max(self._max_outputs, n)
-        out = self._eval_in_place(ids) if self._in_place else self._eval_concat(ids)
-        self._n_past += n
-        logits = out[0, n - n_logits :]
+        # the graph returns logits for every input row: a long prompt is read in chunks
+        # so that only the last chunk's rows are ever held (151k floats each for Qwen)
+        head = max(0, n - max(n_logits, PREFILL_CHUNK))
+        for i in range(0, head, PREFILL_CHUNK):
+            self._run(ids[i : min(i + PREFILL_CHUNK, head)])
+        out = self._run(ids[head:])
+        logits = out[0, len(out[0]) - n_logits :]
         return logits if logits.dtype == np.float32 else logits.astype(np.float32)
+
+    def _run(self, ids: Sequence[int]) -> np.ndarray:
+        self._max_outputs = max(self._max_outputs, len(ids))
+        out = self._eval_in_place(ids) if self._in_place else self._eval_concat(ids)
+        self._n_past += len(ids)
+        return out
 
     def _eval_concat(self, ids: Sequence[int]) -> np.ndarray:
         """An older export: the cache comes back as the run's `present` outputs."""

@@ -99,6 +99,40 @@ def test_onnx_cache_is_written_in_place_and_rollback_copies_nothing(checkpoint, 
     assert np.abs(last - clean).max() < 1e-4 * np.abs(clean).max()
 
 
+def test_onnx_runtime_follows_another_thread_count_from_the_cache_it_has(checkpoint, tmp_path):
+    """ONNX Runtime fixes a session's thread pool when it builds it, so the backend asked
+    for another count (the engine fits it to the cores other programs leave) builds the
+    session again and decodes on from its own cache, with the batch costs of that count."""
+    from edgespec.runtimes import open_backend
+
+    export(checkpoint, tmp_path, "onnx", "fp32")
+    ids = list(range(3, 43))
+    with open_backend(tmp_path / "onnx-fp32", n_ctx=256, threads=2) as b:
+        straight = np.array(b.eval(ids))
+        key_2 = b.cost_key()
+        b.rollback(20)
+        assert b.set_threads(1) and b.n_threads == 1
+        after = np.array(b.eval(ids[20:]))
+        assert b.cost_key() != key_2
+    assert np.abs(after - straight[20:]).max() < 1e-4 * np.abs(straight).max()
+
+
+def test_a_long_prompt_is_read_in_chunks_holding_only_the_last_chunks_logits(checkpoint, tmp_path, monkeypatch):
+    """The graph returns logits for every input row; a prompt whose logits are wanted
+    only at its end is run in chunks, so a long one never holds a row per token."""
+    from edgespec.runtimes import onnxruntime, open_backend
+
+    export(checkpoint, tmp_path, "onnx", "fp32")
+    ids = list(range(3, 43))
+    monkeypatch.setattr(onnxruntime, "PREFILL_CHUNK", 8)
+    with open_backend(tmp_path / "onnx-fp32", n_ctx=256) as b:
+        last = np.array(b.eval(ids, n_logits=1))
+        assert b.n_past == 40 and b.memory()["logits"] == 8 * b.n_vocab * 4  # 8 rows held at most
+        b.rollback(0)
+        whole = np.array(b.eval(ids))  # every row's logits asked for: one run
+    assert np.abs(last[0] - whole[-1]).max() < 1e-4 * np.abs(whole).max()
+
+
 def test_an_older_onnx_export_masks_rejected_rows_and_compacts_them_later(checkpoint, tmp_path):
     """Exports made before attention was fused concatenate the cache every run. Rolling
     back copies nothing at first: the rejected draft's rows stay, masked out, and what
@@ -150,24 +184,65 @@ def test_int4_computes_in_int8_unless_float32_compute_is_asked_for(llama, tmp_pa
         export(llama, tmp_path, "onnx", quant)
         nodes = [n for n in onnx.load(tmp_path / f"onnx-{quant}" / "model.onnx").graph.node if n.op_type == "MatMulNBits"]
         assert nodes
+        assert not any(len(n.input) > 3 and n.input[3] for n in nodes)  # no float zero points: the fast kernels
         return {a.i for n in nodes for a in n.attribute if a.name == "accuracy_level"} or {0}
 
     assert compute_levels("int4") == {4}  # int8 activations: single steps at llama.cpp's pace
     assert compute_levels("int4-f32") == {0}  # float32: every block dequantized, cheap extra rows
 
 
-def test_bench_runs_an_onnx_export_beside_llama_cpp_and_prints_both_batch_cost_curves(llama, tmp_path):
+@pytest.mark.parametrize("k", [96, 80])  # whole blocks of 32, and a last block padded
+def test_hqq_weights_as_symmetric_4_bit_plus_block_offsets_compute_the_same_product(k):
+    """HQQ's float zero points have no fast kernel in ONNX Runtime, so the export writes
+    (q - z) s as (q - 8) s plus an offset per block: the same product, to float rounding."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization.matmul_nbits_quantizer import HQQWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+    from edgespec.export.onnx_export import _offsets_beside_symmetric
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.normal(size=(k, 48)).astype(np.float32), "W")
+    graph = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["Y"])], "g",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, None, k])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, None, 48])], [w])
+    q = MatMulNBitsQuantizer(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                             algo_config=HQQWeightOnlyQuantConfig(block_size=32, bits=4))
+    q.process()
+    x = rng.normal(size=(1, 5, k)).astype(np.float32)
+
+    def run(model: onnx.ModelProto) -> np.ndarray:
+        return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
+
+    hqq = run(q.model.model)
+    _offsets_beside_symmetric(q.model.model)
+    assert [n.op_type for n in q.model.model.graph.node].count("MatMulNBits") == 1
+    assert np.abs(run(q.model.model) - hqq).max() < 1e-4 * np.abs(hqq).max()
+
+
+def test_bench_runs_onnx_exports_beside_llama_cpp_and_says_which_decodes_fastest(llama, tmp_path):
+    """Two representations of one model (4-bit computing in int8, and in float32) beside
+    llama.cpp: rows per export, each runtime's batch-cost curve, and the fastest per category."""
     export(llama, tmp_path, "gguf", "f16")
     export(llama, tmp_path, "onnx", "int4")
+    export(llama, tmp_path, "onnx", "int4-f32")
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"category": "code", "prompt": "def add(a, b): return a + b\n" * 3}) + "\n")
-    r = edgespec("bench", "-m", tmp_path / "gguf-f16", "--onnx", tmp_path / "onnx-int4", "--drafters", "lookup",
-                 "--no-peer", "-n", "8", "--ctx", "256", "--prompts", prompts, "--json", tmp_path / "run.json")
+    r = edgespec("bench", "-m", tmp_path / "gguf-f16", "--onnx", f"{tmp_path / 'onnx-int4'},{tmp_path / 'onnx-int4-f32'}",
+                 "--drafters", "lookup", "--no-peer", "-n", "8", "--ctx", "256", "--prompts", prompts,
+                 "--json", tmp_path / "run.json")
     assert r.returncode == 0, r.stderr
-    names = {row["drafter"] for row in json.loads((tmp_path / "run.json").read_text())["rows"]}
-    assert {"plain", "lookup", "onnx:plain", "onnx:lookup"} <= names
+    rows = json.loads((tmp_path / "run.json").read_text())["rows"]
+    names = {row["drafter"] for row in rows}
+    assert {"plain", "lookup", "onnx-int4:plain", "onnx-int4:lookup", "onnx-int4-f32:plain", "onnx-int4-f32:lookup"} <= names
+    with_curve = {r["drafter"] for r in rows if r["category"] == "all" and "plain" in r["drafter"] and r.get("batch_costs_ms")}
+    assert with_curve == {"plain", "onnx-int4:plain", "onnx-int4-f32:plain"}  # the docs' curve table reads these
     said = r.stdout + r.stderr
-    assert "batch cost timed after the runs" in said and "onnx batch cost timed after the runs" in said
+    lines = said.splitlines()
+    for runtime in ("", "onnx-int4 ", "onnx-int4-f32 "):
+        assert any(line.startswith(f"{runtime}batch cost timed after the runs") for line in lines), runtime
+    assert "code: " in said and "decodes fastest end to end" in said
 
 
 def test_int8_dynamic_quantizes_each_tokens_activations_on_its_own(checkpoint, tmp_path):

@@ -22,7 +22,7 @@ import psutil
 
 SIMD = ("sse3", "ssse3", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni",
         "avx512_bf16", "amx_int8", "neon", "asimd", "sve")
-START = re.compile(r"<!-- bench (\S+?)( headline)? -->\n")
+START = re.compile(r"<!-- bench (\S+?)(?: (headline|curves))? -->\n")
 END = "<!-- end bench -->"
 
 
@@ -57,8 +57,8 @@ def _llama_cpp_build() -> str:
         return "not installed"
 
 
-def record(rows: list[dict], model: str) -> dict:
-    return {"date": time.strftime("%Y-%m-%d"), "command": "edgespec " + shlex.join(sys.argv[1:]),
+def record(rows: list[dict], model: str, command: str | None = None) -> dict:
+    return {"date": time.strftime("%Y-%m-%d"), "command": command or "edgespec " + shlex.join(sys.argv[1:]),
             "model": model, "machine": machine(), "rows": rows}
 
 
@@ -67,15 +67,30 @@ def rows_of(data: dict | list) -> list[dict]:
     return data["rows"] if isinstance(data, dict) else data
 
 
-def markdown(rec: dict, headline: bool = False) -> str:
-    """The record's table: every row, or (headline) plain, edgespec's default and the best
-    llama-server type per category."""
+def markdown(rec: dict, view: str = "") -> str:
+    """The record's table: every row; or (`headline`) plain, edgespec's default and the best
+    llama-server type per category; or (`curves`) each runtime's batch costs; an export
+    validation record's table of formats."""
     m = rec["machine"]
     cores = f"{m['physical_cores']} cores" if m.get("physical_cores") else f"{m['logical_cores']} logical cores"
     lines = [f"{rec['model']} on {m['cpu']} ({cores}, {', '.join(m['simd']).upper() or 'no SIMD flags'}), "
              f"{rec['date']}: `{rec['command']}`", ""]
-    lines += _headline(rec["rows"]) if headline else _full(rec["rows"])
+    if rec.get("kind") == EXPORTS:
+        lines += VALIDATION_HEADER + [validation_line(r) for r in rec["rows"]]
+    else:
+        lines += {"headline": _headline, "curves": _curves}.get(view, _full)(rec["rows"])
     return "\n".join(lines) + "\n"
+
+
+EXPORTS = "export validation"  # a record of `python3 -m edgespec.bench.exports`
+VALIDATION_HEADER = ["| source | format | size MB | top-1 agreement | max abs dlogit | perplexity (source) | ratio | ms/token |",
+                     "|---|---|---:|---:|---:|---:|---:|---:|"]
+
+
+def validation_line(r: dict) -> str:
+    return (f"| {r['source']} | {r['format']} | {r['size_mb']} | {r['top1_agreement']:.1%} | {r['max_abs_dlogit']:.2f} | "
+            f"{r['perplexity_export']:.3f} ({r['perplexity_source']:.3f}) | {r['perplexity_ratio']:.3f} | "
+            f"{r['decode_ms']:.1f} |")
 
 
 def _fmt(v: float | None, spec: str = ".2f") -> str:
@@ -111,6 +126,23 @@ def _headline(rows: list[dict]) -> list[str]:
     return out
 
 
+CURVE_SIZES = (2, 3, 4, 5, 8, 12, 16)
+
+
+def _curves(rows: list[dict]) -> list[str]:
+    """Each runtime's batch-cost curve, timed after the runs: one token in ms, and a batch of
+    n tokens in units of one token (what a draft of n - 1 tokens costs to verify)."""
+    out = ["| runtime | 1 token, ms | " + " | ".join(f"{n} tokens" for n in CURVE_SIZES) + " |",
+           "|---|---:|" + "---:|" * len(CURVE_SIZES)]
+    for r in rows:
+        if r["category"] == "all" and r["drafter"].endswith("plain") and r.get("batch_costs_ms"):
+            ms = r["batch_costs_ms"]  # batch sizes 1, 2, ...
+            runtime = "llama.cpp" if r["drafter"] == "plain" else r["drafter"].split(":")[0]
+            out.append(f"| {runtime} | {ms[0]:.1f} | " + " | ".join(f"{ms[n - 1] / ms[0]:.2f}" if n <= len(ms) else "-"
+                                                              for n in CURVE_SIZES) + " |")
+    return out
+
+
 def _categories(rows: list[dict]) -> list[str]:
     return list(dict.fromkeys(r["category"] for r in rows))
 
@@ -121,7 +153,7 @@ def regenerate(text: str, root: Path) -> str:
     for m in START.finditer(text):
         end = text.index(END, m.end())
         rec = json.loads((root / m.group(1)).read_text())
-        out += [text[pos:m.end()], markdown(rec, headline=bool(m.group(2)))]
+        out += [text[pos:m.end()], markdown(rec, m.group(2) or "")]
         pos = end
     return "".join(out) + text[pos:]
 

@@ -29,6 +29,7 @@ from edgespec.bench.replay import REPLAYABLE, replay
 from edgespec.drafters import HYBRID, check_drafter
 from edgespec.errors import EdgespecError
 from edgespec.memory.planner import uses_model
+from edgespec.models.export_check import read_manifest
 from edgespec.models.store import model_file, resolve
 from edgespec.spec import calibration
 from edgespec.spec.cpu_load import OtherLoad, contends
@@ -135,6 +136,18 @@ def _plain_of(name: str, methods: dict) -> str:
     return own if ":" in name and own in methods else PLAIN
 
 
+def _onnx_prefixes(onnx: str | None) -> dict[str, Path]:
+    """Comma-separated ONNX exports of the model, by the prefix of their rows: `onnx` for
+    one, else `onnx-QUANT` (`onnx-int4:auto`, `onnx-int4-f32:auto`) from each manifest,
+    or the folder's name where two share a quantization."""
+    exports = [resolve(e.strip()) for e in (onnx or "").split(",") if e.strip()]
+    if len(exports) == 1:
+        return {"onnx": exports[0]}
+    quants = [(read_manifest(e if e.is_dir() else e.parent) or {}).get("quantization") for e in exports]
+    unique = len(set(quants)) == len(quants) and all(quants)
+    return {f"onnx-{q if unique else e.name}": e for q, e in zip(quants, exports)}
+
+
 def _label(drafter: str) -> str:
     """A model drafter given as a path shows as its folder or file name (a hybrid's too,
     after `auto+`: the hybrid and its model are two rows)."""
@@ -160,8 +173,9 @@ def _run_bench(
     devices: list[str] | None = None, uag: bool = False, draft_min: int = 0,
     params: SamplingParams = SamplingParams(), peers: Sequence[str] = (), servers: list | None = None,
 ) -> list[dict]:
-    """`onnx`: an ONNX export of the same model; its rows (`onnx:plain`, `onnx:<drafter>`)
-    run the same prompts on ONNX Runtime, side by side with llama.cpp's. `devices`
+    """`onnx`: ONNX exports of the same model, comma-separated; their rows (`onnx:plain`,
+    `onnx:<drafter>`; `onnx-int4:plain`, ... for several) run the same prompts on ONNX
+    Runtime, side by side with llama.cpp's. `devices`
     beyond the first (the CPU): the same model on llama.cpp's GPU, rows `gpu:plain`,
     `gpu:<drafter>` (plain there is edgespec's engine without a drafter). `uag`:
     transformers' plain greedy and its universal assisted generation with each model
@@ -206,13 +220,13 @@ def _run_bench(
             methods[PEER] = _LlamaCppPython(path, ctx, threads, lookup=True, is_eog=eog, params=params).run
         for d, m in es.items():
             methods[_label(d)] = m.run
-        if onnx is not None:
+        for prefix, export in _onnx_prefixes(onnx).items():
             for d in ["none", *drafters]:
-                o = _Edgespec(resolve(onnx), d, ctx, threads, max_draft, draft_min=draft_min, params=params)
+                o = _Edgespec(export, d, ctx, threads, max_draft, draft_min=draft_min, params=params)
                 if o.llm.tokenizer.n_vocab != tmpl.tokenizer.n_vocab:
-                    raise EdgespecError(f"{onnx} has another vocabulary than {model}: export the same model")
-                on_onnx[f"onnx:{'plain' if d == 'none' else d}"] = o
-                methods[f"onnx:{'plain' if d == 'none' else d}"] = o.run
+                    raise EdgespecError(f"{export} has another vocabulary than {model}: export the same model")
+                on_onnx[f"{prefix}:{'plain' if d == 'none' else d}"] = o
+                methods[f"{prefix}:{'plain' if d == 'none' else d}"] = o.run
     if peers:
         same_vocab = {label: model_file(drafter_paths[d]) for label, d in models.items()
                       if drafter_backends(es[d].llm.drafter)[0].tokenizer.n_vocab == tmpl.tokenizer.n_vocab}
@@ -282,7 +296,8 @@ def _run_bench(
     cats = list(dict.fromkeys(c for c, _ in encoded))
     # the oracle replays each prompt's plain output once: [plain, oracle] time per category
     oracle: dict[str, list[float]] = {}
-    _print_curves(es, {**on_device, **on_onnx}, [*others, *(["onnx"] if on_onnx else [])], console)
+    curves = _print_curves(es, {**on_device, **on_onnx}, [*others, *dict.fromkeys(n.split(":")[0] for n in on_onnx)],
+                           console)
     if es:
         costs = next(iter(es.values())).llm.engine.controller.cost.costs()
         for cat in cats:
@@ -358,24 +373,30 @@ def _run_bench(
             r["against_best_member"] = compared[r["drafter"]][r["category"]]
         if r["drafter"] == ORACLE or r["drafter"].startswith(REPLAY):
             r["batch_costs_ms"] = [round(1000 * float(c), 3) for c in costs[1:]]  # batch sizes 1, 2, ...
+        curve = curves.get(r["drafter"].removesuffix("plain")) if r["category"] == "all" else None
+        if curve and r["drafter"].endswith("plain"):
+            r["batch_costs_ms"] = [round(1000 * curve[n], 3) for n in sorted(curve)]
     return rows
 
 
-def _print_curves(es: dict, on_device: dict, others: list[str], console: Console) -> None:
+def _print_curves(es: dict, on_device: dict, others: list[str], console: Console) -> dict[str, dict[int, float]]:
     """Every batch size timed once more after the runs, on the first engine of each device
     and runtime (llama.cpp, ONNX Runtime): what the oracle and replay rows are priced at
     (decoding measures only the sizes it runs). Nothing is cached: the engines' own
-    curves are what decoding learned."""
-    curves = [("", next(iter(es.values())))] if es else []
+    curves are what decoding learned. Returns each curve (seconds by batch size) by the
+    prefix of its rows ("" for llama.cpp's, "onnx:", "gpu:")."""
+    engines = [("", next(iter(es.values())))] if es else []
     for dev in others:
         g = next((g for n, g in on_device.items() if n.startswith(dev + ":") and not n.endswith(":plain")), None)
         if g is not None:
-            curves.append((dev + " ", g))
-    for label, e in curves:
+            engines.append((dev + " ", g))
+    curves = {}
+    for label, e in engines:
         e.llm.reset()
-        cost = e.llm.engine.calibrate(fresh=True, save=False)
+        cost = curves[label.strip() + ":" if label else ""] = e.llm.engine.calibrate(fresh=True, save=False)
         console.print(f"{label}batch cost timed after the runs, in units of one token: "
                       + ", ".join(f"{n}: {t / cost[1]:.2f}" for n, t in sorted(cost.items())), highlight=False)
+    return curves
 
 
 def _against_best_peer(rows: list[dict]) -> None:
@@ -469,6 +490,29 @@ def print_rows(rows: list[dict], console: Console) -> None:
         )
     print_wide(console, t, 160)
     print_hybrids(rows, console)
+    print_fastest(rows, console)
+
+
+def print_fastest(rows: list[dict], console: Console) -> None:
+    """Where the run holds more than one runtime or device (ONNX exports, a GPU), which of
+    them decodes each category fastest end to end, drafting included: a representation
+    with dear single steps but cheap batches can win where drafts are long."""
+    names = {r["drafter"] for r in rows}
+    others = sorted({n.split(":")[0] for n in names if n.endswith(":plain")} - {"hf"})
+    if not others:
+        return
+    for cat in dict.fromkeys(r["category"] for r in rows):
+        best: dict[str, dict] = {}
+        for r in rows:
+            prefix = r["drafter"].split(":")[0]
+            # a name with a colon and no plain row of its own is a peer, a replay or a bound
+            group = prefix if prefix in others else None if ":" in r["drafter"] else "llama.cpp"
+            if r["category"] == cat and group and r["tokens_per_s"] > best.get(group, {}).get("tokens_per_s", 0):
+                best[group] = r
+        ranked = sorted(best.values(), key=lambda r: -r["tokens_per_s"])
+        console.print(f"{cat}: {ranked[0]['drafter']} decodes fastest end to end ({ranked[0]['tokens_per_s']:.2f} tok/s; "
+                      "the best of each other runtime: " + ", ".join(f"{r['drafter']} {r['tokens_per_s']:.2f}"
+                                                                  for r in ranked[1:]) + ")", highlight=False)
 
 
 def print_hybrids(rows: list[dict], console: Console) -> None:

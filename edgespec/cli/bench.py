@@ -38,7 +38,8 @@ def bench(
     peers: str = typer.Option("", "--peers", help="llama-server: also run llama.cpp's server (built by "
                               "./install.sh --dev) plain and with each of its speculation types, as rows llama-server:*."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N prompts of each category."),
-    onnx: Optional[str] = typer.Option(None, "--onnx", help="An ONNX export of the same model: also run it on ONNX Runtime."),
+    onnx: Optional[str] = typer.Option(None, "--onnx", help="ONNX exports of the same model, comma-separated: also run them on "
+                                      "ONNX Runtime (rows onnx:*, or onnx-QUANT:* for several)."),
     backend: str = typer.Option("cpu", "--backend", help="cpu (measured here) or fpga-sim (acceptance measured here, "
                                 "tokens/s and energy simulated for TeLLMe v2's design on a KV260)."),
     device: str = typer.Option("cpu", "--device", help="Comma-separated devices to measure side by side, e.g. "
@@ -61,7 +62,7 @@ def bench(
 
     Example: edgespec bench -m qwen2.5-coder-1.5b --drafters lookup,auto --peers llama-server -n 256 --json bench.json
     (edgespec bench --markdown bench.json then prints its table;
-    add --onnx FOLDER to run an `edgespec export` of the model on ONNX Runtime beside llama.cpp;
+    add --onnx FOLDER[,FOLDER] to run `edgespec export`s of the model on ONNX Runtime beside llama.cpp;
     --backend fpga-sim prices every call on a simulated KV260 FPGA instead of timing this CPU;
     --device cpu,gpu measures llama.cpp's Vulkan GPU beside the CPU;
     --device-profile adreno-750,apple-m3 projects phone and laptop GPUs)

@@ -1,0 +1,69 @@
+"""Every format from one source, validated: the export table of docs/export.md.
+
+    python3 -m edgespec.bench.exports smollm2-135m qwen2.5-coder-0.5b --out exports/ --json exports.json
+
+Each source is loaded once; each format is a full `edgespec export` run (manifest and
+validation included), kept under `--out`. ms/token is the median of 16 one-token decode
+steps after the validation text, in the export's own runtime. `--json` keeps the rows
+with the machine and the command, as a bench record: `edgespec bench --markdown FILE`
+prints the table, and the docs' copy is regenerated from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from edgespec.bench.record import EXPORTS, VALIDATION_HEADER, record, validation_line
+from edgespec.export.pipeline import ExportPlan, Stages, load_source, run_export
+
+FORMATS = [("onnx", "fp32"), ("onnx", "int8-dynamic"), ("onnx", "int8-weight-only"), ("onnx", "int4"),
+           ("onnx", "int4-f32"), ("onnx", "int4-b128"), ("onnx", "int4-b128-f32"),
+           ("gguf", "f16"), ("gguf", "q8_0"), ("gguf", "q4_k_m")]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("sources", nargs="+")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--formats", default=",".join(f"{t}:{q}" for t, q in FORMATS))
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--trim", default="", help="comma-separated K values: also export VocabTrim'd variants")
+    args = ap.parse_args(argv)
+    formats = [tuple(f.split(":")) for f in args.formats.split(",")]
+    trims = [None] + [int(k) for k in args.trim.split(",") if k.strip()]
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    print("\n".join(VALIDATION_HEADER), flush=True)
+    for src in args.sources:
+        loaded = load_source(src, args.out / "x", Stages(quiet=True))
+        try:
+            for (to, quant), k in [(f, k) for f in formats for k in trims]:
+                rows.append(_export_row(src, to, quant, k, args.out, loaded))
+                print(validation_line(rows[-1]), flush=True)
+                if args.json:  # after every row: an interrupted run keeps what it measured
+                    args.json.write_text(json.dumps(_record(rows, args), indent=2))
+        finally:
+            loaded.close()
+
+
+def _export_row(src: str, to: str, quant: str, k: int | None, out: Path, loaded) -> dict:
+    base = Path(src).name.removesuffix(".gguf")  # a store name like qwen2.5-coder-0.5b has no suffix
+    name = f"{base}-{to}-{quant}" + (f"-trim{k}" if k else "")
+    m = run_export(ExportPlan(src, to, out / name, quant, trim_vocab=k, force=True), quiet=True, loaded=loaded)
+    v = m["validation"]
+    return {"source": src, "format": f"{to} {quant}" + (f" trim {k}" if k else ""), "size_mb": round(m["size_bytes"] / 1e6),
+            **{key: v[key] for key in ("top1_agreement", "max_abs_dlogit", "perplexity_export", "perplexity_source",
+                                       "perplexity_ratio", "decode_ms")}}
+
+
+def _record(rows: list[dict], args: argparse.Namespace) -> dict:
+    command = "python3 -m edgespec.bench.exports " + shlex.join(sys.argv[1:])
+    return {**record(rows, ", ".join(args.sources), command), "kind": EXPORTS}
+
+
+if __name__ == "__main__":
+    main()

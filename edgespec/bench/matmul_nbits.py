@@ -1,0 +1,61 @@
+"""One FFN-sized 4-bit product on ONNX Runtime (MatMulNBits, random weights), per kind of
+zero point and compute type: what the 4-bit exports' layout rests on (docs/design.md).
+
+    python3 -m edgespec.bench.matmul_nbits            # K 1536, N 8960, block 32, 2 threads
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+
+def session(k: int, n: int, block: int, zero_points: str, accuracy_level: int, threads: int):
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nb = -(-k // block)
+    inits = [numpy_helper.from_array(rng.integers(0, 255, (n, nb, block // 2), dtype=np.uint8), "B"),
+             numpy_helper.from_array(rng.random(n * nb, dtype=np.float32) * 0.01, "S")]
+    if zero_points == "float":  # as HQQ writes them
+        inits.append(numpy_helper.from_array(rng.random(n * nb, dtype=np.float32) * 15, "Z"))
+    elif zero_points == "uint8":  # 4 bits each, two to a byte
+        inits.append(numpy_helper.from_array(rng.integers(0, 255, n * -(-nb // 2), dtype=np.uint8), "Z"))
+    node = helper.make_node("MatMulNBits", ["A", *(i.name for i in inits)], ["Y"], domain="com.microsoft",
+                            K=k, N=n, bits=4, block_size=block, accuracy_level=accuracy_level)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("A", TensorProto.FLOAT, [None, k])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, n])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-k", type=int, default=1536)
+    ap.add_argument("-n", type=int, default=8960)
+    ap.add_argument("--block", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    print("| zero points | compute | 1 row, ms | 16 rows, ms |\n|---|---|---:|---:|")
+    for zp in ("none (8)", "uint8", "float"):
+        for level, compute in ((0, "float32"), (4, "int8")):
+            s = session(args.k, args.n, args.block, zp.split()[0], level, args.threads)
+            ms = []
+            for rows in (1, 16):
+                a = np.random.default_rng(1).random((rows, args.k), dtype=np.float32)
+                for _ in range(3):
+                    s.run(None, {"A": a})
+                t = time.perf_counter()
+                for _ in range(20):
+                    s.run(None, {"A": a})
+                ms.append((time.perf_counter() - t) / 20 * 1000)
+            print(f"| {zp} | {compute} | {ms[0]:.2f} | {ms[1]:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
