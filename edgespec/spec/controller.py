@@ -255,17 +255,18 @@ class CostModel:
         cost, the prior alone (in units of one token)."""
         if not self.calibrated:
             return prior
-        one = self.predict(1)
+        measured = {n: self.predict(n) for n in sorted(self._t)}
+        one = measured[1]
         out = np.zeros(self.max_n + 1)
-        below, above = 1, sorted(self._t)
+        below = 1
         for n in range(1, self.max_n + 1):
-            if n in self._t:
-                out[n] = self.predict(n)
+            if n in measured:
+                out[n] = measured[n]
                 below = n
                 continue
             bound = out[below] + one * (prior[n] - prior[below])
-            nxt = next((m for m in above if m > n), None)
-            out[n] = bound if nxt is None else min(bound, self.predict(nxt))
+            nxt = next((m for m in measured if m > n), None)
+            out[n] = bound if nxt is None else min(bound, measured[nxt])
         out[0] = out[1]
         return out
 
@@ -278,6 +279,11 @@ class CostModel:
 # or not; the prior counts as this many steps that took as long as predicted.
 REALIZED_DECAY = 0.97
 REALIZED_PRIOR = 2.0
+# A draft's predicted gain is an estimate (acceptance learned over ~20 steps, a curve a few
+# percent off at any moment): a draft predicted to gain nothing still pays for every error
+# in it. So a draft must be predicted to beat plain decoding by this share to be verified,
+# and break-even drafts, which on novel text lose, are declined (docs/design.md).
+DRAFT_MARGIN = 0.05
 
 
 def family(key: str) -> str:
@@ -290,7 +296,7 @@ class DraftController:
 
     A draft is verified only if its predicted gain over plain decoding, times its
     family's realization (the curve's prediction of its recent batches' time against the
-    time they took), beats plain: a drafter whose batches run dear stops drafting where
+    time they took), beats plain by `DRAFT_MARGIN`: a drafter whose batches run dear stops drafting where
     drafting pays only narrowly, and drafts again where the text makes it pay despite
     that, or once the shortfall has faded from memory.
     """
@@ -322,6 +328,11 @@ class DraftController:
         w = REALIZED_PRIOR * self.cost.predict(1)  # steps that took as long as predicted
         return (r[1] + w) / (r[0] + w)
 
+    def _discount(self, key: str) -> float:
+        """What a draft of this kind is predicted to gain is worth: its family's realization,
+        less the margin a draft must clear (`DRAFT_MARGIN`)."""
+        return self.realization(key) / (1 + DRAFT_MARGIN)
+
     def _step_costs(self, k_max: int, draft_seconds: float, per_token_seconds: float,
                     optimistic: bool = False) -> np.ndarray:
         """Seconds of a step drafting j = 0..k_max tokens: the verification batch of
@@ -343,7 +354,7 @@ class DraftController:
             return 0
         e = self.acceptance.expected_tokens(key, k_max)
         gain = e / self._step_costs(k_max, draft_seconds, per_token_seconds)
-        gain[1:] *= self.realization(key)
+        gain[1:] *= self._discount(key)
         k = int(np.argmax(gain))
         k = self._size_to_learn(key, k, e, gain, draft_seconds, per_token_seconds) or k
         if k < self.min_k:
@@ -373,7 +384,7 @@ class DraftController:
         Verified `LEARN_AFTER` times, a size joins the curve and is priced as measured."""
         k_max = len(e) - 1
         hopeful = e / self._step_costs(k_max, draft_seconds, per_token_seconds, optimistic=True)
-        hopeful *= self.realization(key)
+        hopeful[1:] *= self._discount(key)
         return next((k for k in range(best + 1, k_max + 1) if not self.cost.knows(k + 1) and hopeful[k] > gain[best]), 0)
 
     def expected_gain(self, key: str, available: int, per_token_seconds: float = 0.0) -> float:
