@@ -28,6 +28,16 @@ def test_drafts_nothing_when_batches_cost_as_much_as_separate_tokens():
     assert choices.count(0) == 62 and choices.count(1) == 2
 
 
+def test_a_draft_predicted_to_only_break_even_is_declined():
+    """Two tokens cost 1.5x one. Accepted 53% of the time, a one-token draft is predicted to
+    gain 2% (1.53 / 1.5): within its estimate's error, so it is declined (`DRAFT_MARGIN`);
+    accepted 70% of the time it gains 13% and is verified."""
+    for rate, k in ((0.53, 0), (0.70, 1)):
+        c = controller_with_costs({1: 1.0, 2: 1.5})
+        c.acceptance.seed({"lookup/n2": [[rate * 1000], [1000]]})
+        assert c.choose("lookup/n2", 1, explore=False) == k
+
+
 def test_a_draft_minimum_verifies_drafts_that_do_not_pay():
     c = controller_with_costs({1: 1.0, 2: 2.0, 4: 4.0, 9: 9.0})
     for _ in range(50):

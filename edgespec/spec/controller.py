@@ -296,9 +296,9 @@ class DraftController:
 
     A draft is verified only if its predicted gain over plain decoding, times its
     family's realization (the curve's prediction of its recent batches' time against the
-    time they took), beats plain by `DRAFT_MARGIN`: a drafter whose batches run dear stops drafting where
-    drafting pays only narrowly, and drafts again where the text makes it pay despite
-    that, or once the shortfall has faded from memory.
+    time they took), beats plain by `DRAFT_MARGIN`: a drafter whose batches run dear stops
+    drafting where drafting pays only narrowly, and drafts again where the text makes it
+    pay despite that, or once the shortfall has faded from memory.
     """
 
     def __init__(self, max_k: int = 16, explore_every: int = 32, max_explore_every: int = 1024,
