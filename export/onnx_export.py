@@ -20,21 +20,40 @@ _SIDE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "token
                "special_tokens_map.json", "chat_template.jinja")
 
 
-def export_onnx(checkpoint: Path, out: Path) -> Path:
-    """fp32 decoder-with-past in `out`/model.onnx (+ tokenizer and config files)."""
+def export_onnx(checkpoint: Path, out: Path, model=None) -> Path:
+    """fp32 decoder-with-past in `out`/model.onnx (+ tokenizer and config files).
+
+    `model`: the checkpoint already loaded in float32, exported as it is: loading a second
+    copy would hold two float32 models beside the traced graph."""
     from optimum.exporters.onnx import main_export
 
+    task = "text-generation-with-past"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings: expected for decoders, not actionable by users
         try:
-            main_export(str(checkpoint), str(out), task="text-generation-with-past", do_validation=False,
-                        local_files_only=True)
+            if model is None:
+                main_export(str(checkpoint), str(out), task=task, do_validation=False, local_files_only=True)
+            else:
+                _export_loaded(model, checkpoint, out, task)
         except (ValueError, KeyError) as e:
             raise ExportError(f"optimum could not export {checkpoint}: {str(e).splitlines()[0]}") from None
-    model = out / "model.onnx"
-    if not model.is_file():
+    path = out / "model.onnx"
+    if not path.is_file():
         raise ExportError(f"optimum wrote no model.onnx in {out}")
-    return model
+    return path
+
+
+def _export_loaded(model, checkpoint: Path, out: Path, task: str) -> None:
+    """optimum's export of a loaded model, as `main_export` of `checkpoint` would run it:
+    the tokenizer and configs come from the checkpoint's folder, and the cache is on."""
+    from optimum.exporters.onnx import onnx_export_from_model
+
+    name, cache = model.config._name_or_path, model.config.use_cache
+    model.config._name_or_path, model.config.use_cache = str(checkpoint), True
+    try:
+        onnx_export_from_model(model, str(out), task=task, do_validation=False)
+    finally:
+        model.config._name_or_path, model.config.use_cache = name, cache
 
 
 def save_in_place(model, model_path: Path) -> None:
@@ -162,8 +181,9 @@ def _block_sum_nodes(g, x: str, k: int, bs: int, out: str) -> list:
     from onnx import helper, numpy_helper
 
     nb, pad = -(-k // bs), -k % bs
-    consts = {out + "_shape": np.array([0, 0, nb, bs], np.int64), out + "_axes": np.array([3], np.int64),
-              out + "_pads": np.array([0, 0, 0, 0, 0, pad], np.int64)}
+    consts = {out + "_shape": np.array([0, 0, nb, bs], np.int64), out + "_axes": np.array([3], np.int64)}
+    if pad:
+        consts[out + "_pads"] = np.array([0, 0, 0, 0, 0, pad], np.int64)
     g.initializer.extend(numpy_helper.from_array(v, name) for name, v in consts.items())
     nodes = [helper.make_node("Pad", [x, out + "_pads"], [out + "_padded"])] if pad else []
     src = out + "_padded" if pad else x

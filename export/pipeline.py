@@ -6,6 +6,7 @@ expected, and --force never leaves neither the old export nor the new one."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -121,10 +122,23 @@ class Loaded:
 
     source: Source
     sha256: str
-    model: object
+    _model: object
     tokenizer: object
     checkpoint: Path
     scratch: Path
+
+    @property
+    def model(self):
+        """The source in transformers (loaded again if `release` dropped it)."""
+        if self._model is None:
+            self._model, _ = load_model(self.source)
+        return self._model
+
+    def release(self) -> None:
+        """Drop the model while a stage needs its memory: quantizing a 1.5B model's float32
+        ONNX graph beside the float32 model itself does not fit in 24 GB."""
+        self._model = None
+        gc.collect()
 
     def close(self) -> None:
         shutil.rmtree(self.scratch, ignore_errors=True)
@@ -143,6 +157,13 @@ def load_source(src: str, near: Path, stages: Stages) -> Loaded:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
     return Loaded(source, digest, model, tok, checkpoint, scratch)
+
+
+def _reference_logits(model, tok) -> tuple[list[int], object]:
+    """The validation text's ids (at most 512) and the source's logits for them."""
+    ids = tok(validation_text(), add_special_tokens=False)["input_ids"]
+    ids = ids[: min(512, model.config.max_position_embeddings - 16)]
+    return ids, source_logits(model, ids)
 
 
 def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = None) -> dict:
@@ -168,10 +189,15 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
             # inputs stay full-vocabulary ids: ONNX keeps its embedding, GGUF reads input_embd.gguf
             trim.update(ids=keep.tolist(), inputs_trimmed=False, vocab_size=int(model.config.vocab_size))
             write_vocab_map(result, keep, inputs_trimmed=False)
+        facts = {"vocab_size": int(model.config.vocab_size), "parameters": int(sum(p.numel() for p in model.parameters()))}
+        reference = None
+        if plan.validate:
+            with stages.stage("reading the validation text with the source"):
+                reference = _reference_logits(model, tok)
         if plan.to == "onnx":
             fp32 = scratch / "fp32" if plan.quant != "fp32" else result
             with stages.stage("exporting ONNX (optimum, with KV cache)"):
-                export_onnx(checkpoint, fp32)
+                export_onnx(checkpoint, fp32, model)
             with stages.stage("folding grouped-query attention (the KV cache read unrepeated)"):
                 gqa_folded = fold_grouped_query_attention(fp32 / "model.onnx", model.config.num_attention_heads,
                                                           kv_heads(model.config))
@@ -183,6 +209,8 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
                 with stages.stage(f"trimming the LM head to {len(keep)} rows"):
                     trim_onnx(fp32 / "model.onnx", keep)
             if plan.quant != "fp32":
+                model = None
+                loaded.release()  # the float32 graph and its quantized copy need the room
                 with stages.stage(f"quantizing ONNX to {plan.quant}"):
                     quantize_onnx(fp32, result, plan.quant)
             model_file = result / "model.onnx"
@@ -204,12 +232,11 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
                                           source.arch, exact=plan.quant == "f16")
             model_file = result / "model.gguf"
         validation = None
-        if plan.validate:
+        if reference is not None:
             with stages.stage("validating against the source"):
-                ids = tok(validation_text(), add_special_tokens=False)["input_ids"]
-                ids = ids[: min(512, model.config.max_position_embeddings - 16)]
+                ids, expected = reference
                 got, decode_ms = export_logits(result, ids, plan.threads, trim, decode_steps=16)
-                validation = {**compare(source_logits(model, ids), got, ids, trim), "decode_ms": decode_ms}
+                validation = {**compare(expected, got, ids, trim), "decode_ms": decode_ms}
         manifest = {
             "source": str(source.path.resolve()),
             "source_kind": source.kind,
@@ -218,10 +245,10 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
             "format": plan.to,
             "quantization": plan.quant,
             "model_file": model_file.name,
-            "vocab_size": int(model.config.vocab_size),
+            "vocab_size": facts["vocab_size"],
             "trim_k": plan.trim_vocab,
             "trim": {k: v for k, v in trim.items() if k != "ids"} if trim else None,
-            "parameters": int(sum(p.numel() for p in model.parameters())),
+            "parameters": facts["parameters"],
             "size_bytes": sum(p.stat().st_size for p in result.rglob("*") if p.is_file()),
             "files": file_digests(result),  # compared before every load (export_check)
             "validation": validation,

@@ -177,6 +177,21 @@ def test_onnx_quantized_exports_load_and_stay_close(checkpoint, tmp_path, quant)
     assert EdgeSpec(str(tmp_path / f"onnx-{quant}"), drafter="none", n_ctx=256).generate("for i", max_tokens=8).token_ids
 
 
+def test_one_loaded_source_serves_a_quantized_onnx_export_and_then_a_gguf_one(llama, tmp_path):
+    """Quantizing ONNX drops the source model for the room it needs (a 1.5B model's float32
+    graph and the model itself do not fit in 24 GB together); the next export loads it again."""
+    from edgespec.export.pipeline import Stages, load_source
+
+    loaded = load_source(str(llama), tmp_path / "x", Stages(quiet=True))
+    try:
+        onnx = run_export(ExportPlan(str(llama), "onnx", tmp_path / "onnx", "int4"), quiet=True, loaded=loaded)
+        gguf = run_export(ExportPlan(str(llama), "gguf", tmp_path / "gguf", "q8_0"), quiet=True, loaded=loaded)
+    finally:
+        loaded.close()
+    assert onnx["parameters"] == gguf["parameters"]
+    assert onnx["validation"]["perplexity_ratio"] < 2.0 and gguf["validation"]["perplexity_ratio"] < 2.0
+
+
 def test_int4_computes_in_int8_unless_float32_compute_is_asked_for(llama, tmp_path):
     import onnx
 
