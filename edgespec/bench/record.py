@@ -62,6 +62,14 @@ def record(rows: list[dict], model: str, command: str | None = None) -> dict:
             "model": model, "machine": machine(), "rows": rows}
 
 
+def reproducing(command: str) -> str:
+    """The command without `--json FILE`: where a run was written is not how it was made."""
+    words = shlex.split(command)
+    kept = [w for i, w in enumerate(words)
+            if not (w == "--json" or w.startswith("--json=") or (i and words[i - 1] == "--json"))]
+    return shlex.join(kept)
+
+
 def rows_of(data: dict | list) -> list[dict]:
     """The rows of a record (or of a bare list of rows)."""
     return data["rows"] if isinstance(data, dict) else data
@@ -74,7 +82,7 @@ def markdown(rec: dict, view: str = "") -> str:
     m = rec["machine"]
     cores = f"{m['physical_cores']} cores" if m.get("physical_cores") else f"{m['logical_cores']} logical cores"
     lines = [f"{rec['model']} on {m['cpu']} ({cores}, {', '.join(m['simd']).upper() or 'no SIMD flags'}), "
-             f"{rec['date']}: `{rec['command']}`", ""]
+             f"{rec['date']}: `{reproducing(rec['command'])}`", ""]
     if rec.get("kind") == EXPORTS:
         lines += VALIDATION_HEADER + [validation_line(r) for r in rec["rows"]]
     else:
