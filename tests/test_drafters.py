@@ -15,7 +15,7 @@ def test_prompt_lookup_continues_the_longest_earlier_match():
     d.begin(history)
     draft = d.propose(history, 3)
     assert draft.tokens == [5, 6, 9]
-    assert draft.key == "lookup/n3"
+    assert draft.key == "lookup/n3/p"  # copied from the prompt
 
 
 def test_prompt_lookup_keeps_copying_the_source_it_was_copying_and_marks_ambiguous_matches():
@@ -24,14 +24,25 @@ def test_prompt_lookup_keeps_copying_the_source_it_was_copying_and_marks_ambiguo
     history = source + [20] + echo + [30, 9, 10]
     d.begin(history)
     first = d.propose(history, 3)
-    assert (first.tokens, first.key) == ([11, 12, 13], "lookup/n2")  # "9 10" occurs in the source only
+    assert (first.tokens, first.key) == ([11, 12, 13], "lookup/n2/p")  # "9 10" occurs in the source only
     history += [11, 12]  # the output copied the source
     d.begin(history)
     # "11 12" occurred last in the echo (then 99), but the copy goes on in the source;
     # the match was followed by two different tokens (/a) and continues the last one (/c)
     second = d.propose(history, 2)
-    assert (second.tokens, second.key) == ([13, 14], "lookup/n2/a/c")
-    assert d.propose(history, 2).key == "lookup/n2/a/c"  # asking again at the same point says the same
+    assert (second.tokens, second.key) == ([13, 14], "lookup/n2/a/c/p")
+    assert d.propose(history, 2).key == "lookup/n2/a/c/p"  # asking again at the same point says the same
+
+
+def test_prompt_lookup_copies_the_prompt_rather_than_a_phrase_the_answer_repeated():
+    d = PromptLookupDrafter(max_ngram=2)
+    prompt = [1, 5, 6, 7, 8, 2]  # "5 6" goes on "7 8" in the code given
+    d.begin(prompt)
+    history = prompt + [5, 6, 9, 3, 5, 6]  # the answer wrote "5 6 9" once, and now "5 6" again
+    draft = d.propose(history, 2)
+    assert (draft.tokens, draft.key) == ([7, 8], "lookup/n2/a/p")
+    history += [7, 3, 9, 4, 3, 9]  # "3 9" occurs in the answer only
+    assert (d.propose(history, 1).tokens, d.propose(history, 1).key) == ([4], "lookup/n2")
 
 
 def test_prompt_lookup_indexes_new_tokens_incrementally():

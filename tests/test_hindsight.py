@@ -27,6 +27,19 @@ def test_a_declined_draft_is_learned_once_the_text_shows_where_it_stops_matching
     assert accepted[:4] == [1, 1, 1, 0] and tried[:4] == [1, 1, 1, 1]
 
 
+def test_the_part_of_a_draft_cut_off_before_verifying_is_learned_from_the_text():
+    acceptance = AcceptanceModel(max_k=8)
+    hindsight = Hindsight(acceptance)
+    history = [5, 6, 7]
+    # a 6-token proposal of which the controller verified 2 (and recorded their verdict)
+    hindsight.add(Draft([8, 9, 10, 11, 12, 13], key="lookup/n4-7/c"), start=len(history), verified=2)
+    history += [8, 9, 10, 11, 99]  # the verified two were accepted; the text went on with two more
+    hindsight.advance(history)
+    accepted, tried = acceptance.take_counts()["lookup/n4-7/c"]
+    # positions 3 to 5 are learned (two accepted, the fifth rejected); the first two are the controller's
+    assert accepted[:6] == [0, 0, 1, 1, 0, 0] and tried[:6] == [0, 0, 1, 1, 1, 0]
+
+
 def copying_run():
     """A replayed target (its greedy text fixed) that repeats a 48-token passage of
     its prompt, where a 4-token batch costs 1.6x one token."""

@@ -5,7 +5,7 @@ LlamaPromptLookupDecoding does with numpy windows), an index maps every n-gram
 (n = 1..max_ngram) to the position right after its most recent occurrence. It is
 updated in O(max_ngram) per new token; a proposal is max_ngram dict look-ups.
 
-Two things the index cannot see are kept beside it, because they predict
+Three things the index cannot see are kept beside it, because they predict
 acceptance (replayed gains in docs/design.md):
 
 - whether an n-gram has been followed by more than one token (an *ambiguous*
@@ -13,10 +13,14 @@ acceptance (replayed gains in docs/design.md):
 - whether the history since the previous proposal was copied from its source, so
   the source simply goes on (a *continued* alignment, key suffix `/c`). Then that
   alignment is preferred to a more recent occurrence of the same n-gram: when a
-  rewrite copies a file, the file is the better guide than an echo of it.
+  rewrite copies a file, the file is the better guide than an echo of it;
+- whether the source lies in this generation's prompt (key suffix `/p`). Short of a
+  continued alignment, the prompt's latest occurrence is preferred to one in the
+  answer: an edit copies the code it was given for long runs, while an n-gram the
+  answer already wrote is more often a phrase that recurs and then parts.
 
-Both only split the controller's acceptance statistics and choose among equally
-long matches; every draft is still verified.
+They split the controller's acceptance statistics and choose among equally long
+matches; every draft is still verified.
 """
 
 from __future__ import annotations
@@ -36,23 +40,27 @@ class PromptLookupDrafter(Drafter):
 
     def reset(self) -> None:
         self._hist = History()
-        # _index[n][ngram] = position after the most recent occurrence of ngram
+        self._prompt_len = 0  # history[:_prompt_len] is this generation's prompt
+        self._clear_index()
+
+    def begin(self, history: Sequence[int]) -> None:
+        _, rewritten = self._hist.sync(history, check=True)
+        if rewritten:
+            self._clear_index()
+        self._prompt_len = len(history)
+        self._catch_up()
+
+    def _clear_index(self) -> None:
+        # _index[n][ngram] = position after the most recent occurrence of ngram; _in_prompt
+        # the same, among the occurrences whose next token is in a prompt
         self._index: list[dict[tuple[int, ...], int]] = [dict() for _ in range(self.max_ngram + 1)]
+        self._in_prompt: list[dict[tuple[int, ...], int]] = [dict() for _ in range(self.max_ngram + 1)]
         self._ambiguous: list[set[tuple[int, ...]]] = [set() for _ in range(self.max_ngram + 1)]
         self._indexed = 0  # history[:_indexed] has its n-grams in the index
         # (source position, history length) of the latest proposal, and of the one before
         # it at a shorter history (what a repeated call at the same length compares to)
         self._anchor: tuple[int, int] | None = None
         self._earlier: tuple[int, int] | None = None
-
-    def begin(self, history: Sequence[int]) -> None:
-        start, rewritten = self._hist.sync(history, check=True)
-        if rewritten:
-            self._index = [dict() for _ in range(self.max_ngram + 1)]
-            self._ambiguous = [set() for _ in range(self.max_ngram + 1)]
-            self._indexed = 0
-            self._anchor = self._earlier = None
-        self._catch_up()
 
     def _catch_up(self) -> None:
         toks = self._hist.seen
@@ -65,6 +73,8 @@ class PromptLookupDrafter(Drafter):
                 if before is not None and toks[before] != toks[i]:
                     self._ambiguous[n].add(key)
                 self._index[n][key] = i
+                if i < self._prompt_len:
+                    self._in_prompt[n][key] = i
         self._indexed = max(self._indexed, len(toks))
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
@@ -86,8 +96,11 @@ class PromptLookupDrafter(Drafter):
             continued = moved is not None and n <= moved < length and tuple(toks[moved - n : moved]) == key
             if continued:
                 pos = moved
+            elif key in self._in_prompt[n]:
+                pos = self._in_prompt[n][key]
             self._anchor = (pos, length)
             tags = ("/a" if key in self._ambiguous[n] else "") + ("/c" if continued else "")
+            tags += "/p" if pos < self._prompt_len else ""
             return Draft(toks[pos : pos + k], key=f"lookup/n{_bucket(n)}{tags}")
         self._anchor = self._earlier = None
         return EMPTY

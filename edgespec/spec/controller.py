@@ -67,21 +67,25 @@ class AcceptanceModel:
             return self._posterior(a, t)
         return (a + prior * self.prior_weight) / (t + self.prior_weight)
 
-    def record(self, key: str, k: int, n_accepted: int) -> None:
-        if k <= 0:
+    def record(self, key: str, k: int, n_accepted: int, start: int = 0) -> None:
+        """A draft of k tokens of which the first n_accepted were accepted. `start` > 0: its
+        first `start` positions were recorded already (verified and accepted), and this is
+        the rest of the same draft, decided later by the text."""
+        if k <= start:
             return
         if key not in self._acc:
             self._acc[key] = np.zeros(self.max_k)
             self._tries[key] = np.zeros(self.max_k)
         a, t = self._acc[key], self._tries[key]
-        a *= self.decay
-        t *= self.decay
+        if start == 0:
+            a *= self.decay
+            t *= self.decay
         reached = min(n_accepted + 1, k)  # positions actually tested
-        t[:reached] += 1
-        a[:n_accepted] += 1
         ca, ct = self._counts.setdefault(key, [np.zeros(self.max_k), np.zeros(self.max_k)])
-        ct[:reached] += 1
-        ca[:n_accepted] += 1
+        for tried in (t, ct):
+            tried[start:reached] += 1
+        for accepted in (a, ca):
+            accepted[start:n_accepted] += 1
 
     def take_counts(self) -> dict[str, list[list[float]]]:
         """[accepted, tried] per position of every kind since the last call, undecayed:

@@ -356,11 +356,12 @@ class Engine:
         if len(draft) and draft.probs is None:
             # a sampled draft is verified whole: where the drafter stopped depends on its
             # draws, so cutting it by its length would bias which tokens get proposed (its
-            # length was planned beforehand). A draft declined whole is learned in hindsight
+            # length was planned beforehand). What is cut off, or declined whole, is learned
+            # in hindsight
             proposed = draft
             draft = draft.truncated(ctl.choose(draft.key, len(draft), explore=hindsight is None))
-            if hindsight is not None and not len(draft):
-                hindsight.add(proposed, len(history))
+            if hindsight is not None:
+                hindsight.add(proposed, len(history), verified=len(draft))
         st.draft_s += time.perf_counter() - t0
         return draft
 

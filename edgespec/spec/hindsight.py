@@ -8,7 +8,11 @@ stays silent for long stretches where it would verify several tokens a step. In
 greedy decoding a draft's fate needs no verification: a token is accepted exactly
 when it is the one the target goes on to write. So a declined draft is kept until
 the text shows where it stops matching, and is then learned as if verified whole,
-for free; a declined kind then needs no probes.
+for free; a declined kind then needs no probes. The same holds for the part of a
+proposal the controller cut off: once its verified tokens are accepted, the text
+decides the rest, so the positions beyond the lengths a kind is verified at are
+learned too (without them a long draft, where a copy pays most, is priced by the
+short drafts' rates and never tried).
 
 Only the declined draft itself is scored, not the proposals `auto` set aside for a
 better one: those come from the steps where another kind looked better, and scoring
@@ -35,20 +39,21 @@ class Hindsight:
         self.acceptance = acceptance
         self._pending: list[tuple[Draft, int, int]] = []  # (draft, where it starts, tokens matched)
 
-    def add(self, draft: Draft, start: int) -> None:
-        """`draft` proposed the tokens from history position `start` on."""
-        if len(draft):
-            self._pending.append((draft, start, 0))
+    def add(self, draft: Draft, start: int, verified: int = 0) -> None:
+        """`draft` proposed the tokens from history position `start` on, and its first
+        `verified` are being verified (their verdict is recorded by the controller)."""
+        if len(draft) > verified:
+            self._pending.append((draft, start, 0, verified))
 
     def advance(self, history: Sequence[int]) -> None:
         """Learn every pending draft the text now decides."""
         waiting = []
-        for draft, start, matched in self._pending:
+        for draft, start, matched, verified in self._pending:
             tokens = draft.tokens
             end = min(len(tokens), len(history) - start)
             matched += common_prefix(tokens[matched:end], history[start + matched : start + end])
             if matched == len(tokens) or matched < end:  # all matched, or a mismatch seen
-                self.acceptance.record(draft.key, len(tokens), matched)
+                self.acceptance.record(draft.key, len(tokens), matched, start=verified)
             else:
-                waiting.append((draft, start, matched))
+                waiting.append((draft, start, matched, verified))
         self._pending = waiting
