@@ -106,7 +106,7 @@ class PromptLookupDrafter(Drafter):
         return EMPTY
 
     def memory(self) -> int:
-        entries = sum(len(d) for d in self._index) + sum(len(s) for s in self._ambiguous)
+        entries = sum(len(d) for d in (*self._index, *self._in_prompt, *self._ambiguous))
         return entries * (120 + 8 * self.max_ngram // 2) + 8 * len(self._hist.seen)
 
 

@@ -37,7 +37,7 @@ class Hindsight:
 
     def __init__(self, acceptance: AcceptanceModel) -> None:
         self.acceptance = acceptance
-        self._pending: list[tuple[Draft, int, int]] = []  # (draft, where it starts, tokens matched)
+        self._pending: list[tuple[Draft, int, int, int]] = []  # (draft, where it starts, tokens matched, verified)
 
     def add(self, draft: Draft, start: int, verified: int = 0) -> None:
         """`draft` proposed the tokens from history position `start` on, and its first
