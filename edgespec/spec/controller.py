@@ -71,7 +71,8 @@ class AcceptanceModel:
         """A draft of k tokens of which the first n_accepted were accepted. `start` > 0: its
         first `start` positions were recorded already (verified and accepted), and this is
         the rest of the same draft, decided later by the text."""
-        if k <= start:
+        reached = min(n_accepted + 1, k)  # positions actually tested
+        if reached <= start:  # none beyond those recorded (a rejection among the verified ones)
             return
         if key not in self._acc:
             self._acc[key] = np.zeros(self.max_k)
@@ -80,7 +81,6 @@ class AcceptanceModel:
         if start == 0:
             a *= self.decay
             t *= self.decay
-        reached = min(n_accepted + 1, k)  # positions actually tested
         ca, ct = self._counts.setdefault(key, [np.zeros(self.max_k), np.zeros(self.max_k)])
         for tried in (t, ct):
             tried[start:reached] += 1
