@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from edgespec.bench.record import START, regenerate
+from edgespec.bench.record import START, markdown, regenerate
 
 ROOT = Path(__file__).parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -29,10 +29,24 @@ def test_each_bench_record_names_its_machine_command_and_date():
     assert records
     for path in records:
         rec = json.loads(path.read_text())
-        assert rec["command"].startswith(("edgespec bench", "python3 -m edgespec.bench.exports"))
+        assert rec["command"].startswith(("edgespec bench", "edgespec profile", "python3 -m edgespec.bench.exports"))
         assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", rec["date"])
         assert rec["machine"]["cpu"] and rec["machine"]["logical_cores"] and rec["machine"]["llama_cpp"]
         assert rec["rows"]
+
+
+def test_a_simulated_or_projected_run_says_so_in_its_table():
+    machine = {"cpu": "Some CPU", "physical_cores": 2, "logical_cores": 2, "simd": ["avx2"], "llama_cpp": "x"}
+    fpga = {"category": "code", "method": "lookup", "simulated_tokens_per_s": 38.93, "simulated_speedup": 1.671,
+            "simulated_joules_per_token": 0.1284, "acceptance": 0.64}
+    gpu = {"device_profile": "adreno-750", "category": "code", "method": "auto", "projected_tokens_per_s": 74.21,
+           "projected_speedup": 2.37, "acceptance": None}
+    fpga_table = markdown({"model": "m", "date": "2026-01-01", "command": "edgespec bench", "machine": machine,
+                           "rows": [fpga]})
+    gpu_table = markdown({"model": "m", "date": "2026-01-01", "command": "edgespec bench", "machine": machine,
+                          "rows": [gpu]})
+    assert "| simulated tok/s |" in fpga_table and "| code | lookup | 38.93 | 1.67 | 0.128 | 64% |" in fpga_table
+    assert "| PROJECTED tok/s |" in gpu_table and "| adreno-750 | code | auto | 74.2 | 2.37 | - |" in gpu_table
 
 
 def test_the_readme_fits_250_lines_and_the_docs_tell_no_history():

@@ -24,8 +24,9 @@ from rich.table import Table
 
 from edgespec.api import EdgeSpec
 from edgespec.bench.common import encode_prompt, print_wide, timed
+from edgespec.bench.record import SWEEP_COLUMNS, sweep_cells
 from edgespec.errors import EdgespecError
-from edgespec.memory.footprint import fmt_bytes, parse_bytes, peak_rss, process_rss
+from edgespec.memory.footprint import fmt_bytes, peak_rss, process_rss
 from edgespec.runtimes.gpu.devices import place
 from edgespec.spec.engine import Engine
 
@@ -204,26 +205,9 @@ def sweep(model: str, drafter: str, budgets: list[str | None], n_ctx: int, threa
 
 def print_sweep(results: list[dict], console: Console, plain: int | None = None) -> None:
     """`plain`: plain decoding's footprint, to show budgets as multiples of it."""
-    ref = next((r for r in results if r.get("budget_arg") is None and r.get("speedup")), None)
-    t = Table("budget", "plan", "predicted", "peak RSS", "plain tok/s", "spec tok/s", "speed-up",
-              "of unconstrained")
-    for r in results:
-        b = r.get("budget_arg")
-        if b is None:
-            b = "none"
-        else:
-            n = parse_bytes(str(b))
-            b = fmt_bytes(n) + (f" (plain x{n / plain:.2f})" if plain else "")
-        if "error_message" in r:
-            t.add_row(b, r["error_message"], "", "", "", "", "", "")
-            continue
-        p = r["plan"]
-        plan = (f"ctx {p['n_ctx']}, KV {p['kv_type']}, batch {p['n_batch']}, {p['load']}, {p['drafter']}"
-                + (f" k≤{p['max_draft']}" if p["drafter"] != "none" else ""))
-        keep = f"{r['speedup'] / ref['speedup']:.0%}" if ref and r.get("speedup") else "-"
-        t.add_row(b, plan, fmt_bytes(r["predicted_total"]), fmt_bytes(r["peak_rss"]),
-                  f"{r['tokens_per_s']['plain']:.2f}", f"{r['tokens_per_s']['speculative']:.2f}",
-                  f"{r['speedup']:.2f}x" if r.get("speedup") else "-", keep)
+    t = Table(*SWEEP_COLUMNS)
+    for cells in sweep_cells(results, plain):
+        t.add_row(*cells)
     print_wide(console, t, 150)
 
 

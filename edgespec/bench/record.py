@@ -20,6 +20,8 @@ from pathlib import Path
 
 import psutil
 
+from edgespec.memory.footprint import fmt_bytes, parse_bytes
+
 SIMD = ("sse3", "ssse3", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni",
         "avx512_bf16", "amx_int8", "neon", "asimd", "sve")
 START = re.compile(r"<!-- bench (\S+?)(?: (headline|curves))? -->\n")
@@ -78,21 +80,54 @@ def rows_of(data: dict | list) -> list[dict]:
 def markdown(rec: dict, view: str = "") -> str:
     """The record's table: every row; or (`headline`) plain, edgespec's default and the best
     llama-server type per category; or (`curves`) each runtime's batch costs; an export
-    validation record's table of formats."""
+    validation record's table of formats; a memory sweep's budgets; a simulated FPGA's or a projected device's rows,
+    labelled as such."""
     m = rec["machine"]
     cores = f"{m['physical_cores']} cores" if m.get("physical_cores") else f"{m['logical_cores']} logical cores"
     lines = [f"{rec['model']} on {m['cpu']} ({cores}, {', '.join(m['simd']).upper() or 'no SIMD flags'}), "
              f"{rec['date']}: `{reproducing(rec['command'])}`", ""]
     if rec.get("kind") == EXPORTS:
         lines += VALIDATION_HEADER + [validation_line(r) for r in rec["rows"]]
+    elif rec.get("kind") == SWEEP:
+        lines += ["| " + " | ".join(SWEEP_COLUMNS) + " |", "|---" * len(SWEEP_COLUMNS) + "|"]
+        lines += ["| " + " | ".join(cells) + " |" for cells in sweep_cells(rec["rows"], rec["plain_footprint"])]
     else:
-        lines += {"headline": _headline, "curves": _curves}.get(view, _full)(rec["rows"])
+        rows = rec["rows"]
+        full = _fpga if "simulated_tokens_per_s" in rows[0] else _projected if "device_profile" in rows[0] else _full
+        lines += {"headline": _headline, "curves": _curves}.get(view, full)(rows)
     return "\n".join(lines) + "\n"
 
 
 EXPORTS = "export validation"  # a record of `python3 -m edgespec.bench.exports`
 VALIDATION_HEADER = ["| source | format | size MB | top-1 agreement | max abs dlogit | perplexity (source) | ratio | ms/token |",
                      "|---|---|---:|---:|---:|---:|---:|---:|"]
+
+
+SWEEP = "memory sweep"  # a record of `edgespec profile --sweep`
+SWEEP_COLUMNS = ("budget", "plan", "predicted", "peak RSS", "plain tok/s", "spec tok/s", "speed-up", "of unconstrained")
+
+
+def sweep_cells(results: list[dict], plain: int | None = None) -> list[list[str]]:
+    """A sweep's rows, budgets also as multiples of `plain` (plain decoding's footprint), the
+    speed-up also as a share of the unconstrained run's."""
+    ref = next((r for r in results if r.get("budget_arg") is None and r.get("speedup")), None)
+    rows = []
+    for r in results:
+        b = r.get("budget_arg")
+        if b is not None:
+            n = parse_bytes(str(b))
+            b = fmt_bytes(n) + (f" (plain x{n / plain:.2f})" if plain else "")
+        if "error_message" in r:
+            rows.append([b or "none", r["error_message"], *[""] * 6])
+            continue
+        p = r["plan"]
+        plan = (f"ctx {p['n_ctx']}, KV {p['kv_type']}, batch {p['n_batch']}, {p['load']}, {p['drafter']}"
+                + (f" k≤{p['max_draft']}" if p["drafter"] != "none" else ""))
+        keep = f"{r['speedup'] / ref['speedup']:.0%}" if ref and r.get("speedup") else "-"
+        rows.append([b or "none", plan, fmt_bytes(r["predicted_total"]), fmt_bytes(r["peak_rss"]),
+                     f"{r['tokens_per_s']['plain']:.2f}", f"{r['tokens_per_s']['speculative']:.2f}",
+                     f"{r['speedup']:.2f}x" if r.get("speedup") else "-", keep])
+    return rows
 
 
 def validation_line(r: dict) -> str:
@@ -106,14 +141,40 @@ def _fmt(v: float | None, spec: str = ".2f") -> str:
 
 
 def _full(rows: list[dict]) -> list[str]:
+    """Every row; where rows ran on another device (`gpu:`), its x plain is against that
+    device's plain, and each output is compared with that plain's ("same as plain")."""
     peers = any("x_best_peer" in r for r in rows)
-    out = ["| category | method | tok/s | x plain |" + (" x best peer |" if peers else "") + " accepted |",
-           "|---|---|---|---|" + ("---|" if peers else "") + "---|"]
+    devices = any(r["drafter"].startswith("gpu:") for r in rows)
+    out = ["| category | method | tok/s | x plain |" + (" x best peer |" if peers else "") + " accepted |"
+           + (" same as plain |" if devices else ""),
+           "|---|---|---|---|" + ("---|" if peers else "") + "---|" + ("---|" if devices else "")]
     for r in rows:
         cells = [r["category"], r["drafter"], _fmt(r.get("tokens_per_s")), _fmt(r.get("ratio_to_plain"))]
         cells += [_fmt(r.get("x_best_peer"))] if peers else []
         cells += [_fmt(r.get("acceptance_rate"), ".0%")]
+        cells += [r.get("identical_to_plain") or "-"] if devices else []
         out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def _fpga(rows: list[dict]) -> list[str]:
+    """`bench --backend fpga-sim`: speed and energy priced by the board model, acceptance measured."""
+    out = ["| category | method | simulated tok/s | simulated x plain | simulated J/token | acceptance (measured) |",
+           "|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['category']} | {r['method']} | {r['simulated_tokens_per_s']:.2f} | "
+                   f"{_fmt(r['simulated_speedup'])} | {_fmt(r['simulated_joules_per_token'], '.3f')} | "
+                   f"{_fmt(r['acceptance'], '.0%')} |")
+    return out
+
+
+def _projected(rows: list[dict]) -> list[str]:
+    """`bench --device-profile`: speed PROJECTED by each profile's roofline, acceptance measured."""
+    out = ["| device profile | category | method | PROJECTED tok/s | PROJECTED x plain | acceptance (measured) |",
+           "|---|---|---|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['device_profile']} | {r['category']} | {r['method']} | {r['projected_tokens_per_s']:.1f} | "
+                   f"{_fmt(r['projected_speedup'])} | {_fmt(r['acceptance'], '.0%')} |")
     return out
 
 

@@ -10,6 +10,7 @@ import typer
 
 from edgespec.bench.common import load_prompts
 from edgespec.bench.profile import plot, print_profile, print_sweep, run_profile, sweep
+from edgespec.bench.record import SWEEP, record
 from edgespec.cli.common import (BudgetOpt, CtxOpt, DeviceOpt, DrafterOpt, MaxDraftOpt, ThreadsOpt, app, err, fail, out,
                                  user_errors)
 from edgespec.memory.footprint import fmt_bytes, process_rss
@@ -63,8 +64,9 @@ def profile(
         result["sweep"] = sweep(model, drafter, [None, *levels], ctx, threads, max_draft, max_tokens, prompts,
                                 limit, err, category, device)
         print_sweep(result["sweep"], out, base)
-    if json_path:
-        json_path.write_text(json.dumps(result if sweep_budgets else r))
+    if json_path:  # a sweep is a record for the docs (edgespec bench --markdown prints its table)
+        json_path.write_text(json.dumps({**record(result["sweep"], model), "kind": SWEEP, "plain_footprint": base,
+                                         "run": r} if sweep_budgets else r))
     if plot_path:
         plot(plot_path, r, result.get("sweep"))
         console.print(f"[dim]wrote {plot_path}[/]")
