@@ -179,28 +179,32 @@ def sweep(model: str, drafter: str, budgets: list[str | None], n_ctx: int, threa
     results = []
     from rich.progress import Progress
 
-    with Progress(console=console, transient=True) as bar, tempfile.TemporaryDirectory() as tmp:
+    with Progress(console=console, transient=True) as bar:
         task = bar.add_task("profile", total=len(budgets))
-        for i, b in enumerate(budgets):
+        for b in budgets:
             bar.update(task, description=f"budget {b or 'none'}")
-            out = Path(tmp) / f"{i}.json"
-            cmd = [sys.executable, "-m", "edgespec", "profile", model, "-d", drafter, "--ctx", str(n_ctx),
-                   "--max-draft", str(max_draft), "-n", str(max_tokens), "--json", str(out), "--quiet"]
-            cmd += ["--memory-budget", str(b)] if b else []
-            cmd += ["--threads", str(threads)] if threads else []
-            cmd += ["--prompts", str(prompts_path)] if prompts_path else []
-            cmd += ["--limit", str(limit)] if limit else []
-            cmd += ["--category", category or "", "--device", device]
-            p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
-            if p.returncode == 0:
-                r = json.loads(out.read_text())
-                r["budget_arg"] = b
-            else:
-                msg = (p.stderr.strip().splitlines() or ["failed"])[-1]
-                r = {"budget_arg": b, "error_message": msg.removeprefix("error: ")}
-            results.append(r)
+            args = ["-d", drafter, "--ctx", str(n_ctx), "--max-draft", str(max_draft), "-n", str(max_tokens),
+                    "--category", category or "", "--device", device]
+            args += ["--memory-budget", str(b)] if b else []
+            args += ["--threads", str(threads)] if threads else []
+            args += ["--prompts", str(prompts_path)] if prompts_path else []
+            args += ["--limit", str(limit)] if limit else []
+            results.append({**profile_child(model, args), "budget_arg": b})
             bar.advance(task)
     return results
+
+
+def profile_child(model: str, args: list[str]) -> dict:
+    """`edgespec profile MODEL ARGS` in a fresh process (peak RSS only grows): its result, or
+    {"error_message": its one-line error}."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run.json"
+        cmd = [sys.executable, "-m", "edgespec", "profile", model, *args, "--json", str(out), "--quiet"]
+        p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+        if p.returncode == 0:
+            return json.loads(out.read_text())
+    msg = (p.stderr.strip().splitlines() or ["failed"])[-1]
+    return {"error_message": msg.removeprefix("error: ")}
 
 
 def print_sweep(results: list[dict], console: Console, plain: int | None = None) -> None:

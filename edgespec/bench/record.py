@@ -80,7 +80,7 @@ def rows_of(data: dict | list) -> list[dict]:
 def markdown(rec: dict, view: str = "") -> str:
     """The record's table: every row; or (`headline`) plain, edgespec's default and the best
     llama-server type per category; or (`curves`) each runtime's batch costs; an export
-    validation record's table of formats; a memory sweep's budgets; a simulated FPGA's or a projected device's rows,
+    validation record's table of formats; a memory sweep's budgets; the memory model's predictions; a simulated FPGA's or a projected device's rows,
     labelled as such."""
     m = rec["machine"]
     cores = f"{m['physical_cores']} cores" if m.get("physical_cores") else f"{m['logical_cores']} logical cores"
@@ -88,6 +88,8 @@ def markdown(rec: dict, view: str = "") -> str:
              f"{rec['date']}: `{reproducing(rec['command'])}`", ""]
     if rec.get("kind") == EXPORTS:
         lines += VALIDATION_HEADER + [validation_line(r) for r in rec["rows"]]
+    elif rec.get("kind") == FOOTPRINTS:
+        lines += footprint_lines(rec["rows"])
     elif rec.get("kind") == SWEEP:
         lines += ["| " + " | ".join(SWEEP_COLUMNS) + " |", "|---" * len(SWEEP_COLUMNS) + "|"]
         lines += ["| " + " | ".join(cells) + " |" for cells in sweep_cells(rec["rows"], rec["plain_footprint"])]
@@ -128,6 +130,23 @@ def sweep_cells(results: list[dict], plain: int | None = None) -> list[list[str]
                      f"{r['tokens_per_s']['plain']:.2f}", f"{r['tokens_per_s']['speculative']:.2f}",
                      f"{r['speedup']:.2f}x" if r.get("speedup") else "-", keep])
     return rows
+
+
+FOOTPRINTS = "footprints"  # a record of `python3 -m edgespec.bench.footprints`
+
+
+def footprint_lines(rows: list[dict]) -> list[str]:
+    """Predicted / measured memory per target and drafter, a column per context."""
+    ctxs = list(dict.fromkeys(r["ctx"] for r in rows))
+    out = ["| target | drafter | " + " | ".join(f"context {c}" for c in ctxs) + " |", "|---|---|" + "---|" * len(ctxs)]
+    cells: dict[tuple[str, str], dict[int, str]] = {}
+    for r in rows:
+        cells.setdefault((r["target"], r["drafter"]), {})[r["ctx"]] = (
+            r["error_message"] if r.get("error_message") else
+            f"{r['predicted_total'] / 1e6:.0f} / {r['peak_rss'] / 1e6:.0f} MB ({r['error']:+.1%})")
+    for (target, drafter), by_ctx in cells.items():
+        out.append(f"| {target} | {drafter} | " + " | ".join(by_ctx.get(c, "-") for c in ctxs) + " |")
+    return out
 
 
 def validation_line(r: dict) -> str:

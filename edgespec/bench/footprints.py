@@ -1,0 +1,57 @@
+"""The memory model against measured memory, over targets, drafters and contexts: the
+prediction table of docs/memory.md.
+
+    python3 -m edgespec.bench.footprints smollm2-135m qwen2.5-coder-0.5b qwen2.5-coder-1.5b \\
+        --drafters none,auto,smollm2-135m,qwen2.5-coder-0.5b --ctx 512,2048,4096 --json footprints.json
+
+Each cell is one `edgespec profile` in a fresh process (one code prompt, no budget, so
+llama.cpp's default loading): the prediction against the peak RSS of the whole process.
+A model drafter is paired only with targets larger than itself. `--json` keeps the rows
+with the machine and the command, as a record whose table the docs regenerate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from edgespec.bench.profile import profile_child
+from edgespec.bench.record import FOOTPRINTS, footprint_lines, record
+from edgespec.memory.planner import uses_model
+from edgespec.models.store import model_file, resolve
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("targets", nargs="+")
+    ap.add_argument("--drafters", default="none,auto")
+    ap.add_argument("--ctx", default="512,2048,4096")
+    ap.add_argument("-n", "--max-tokens", type=int, default=64)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    drafters = args.drafters.split(",")
+    size = {m: model_file(resolve(m)).stat().st_size for m in [*args.targets, *filter(uses_model, drafters)]}
+    rows = []
+    for target in args.targets:
+        for d in drafters:
+            if uses_model(d) and size[d] >= size[target]:
+                continue  # a drafter model is smaller than its target
+            for ctx in args.ctx.split(","):
+                r = profile_child(target, ["-d", d, "--ctx", ctx, "-n", str(args.max_tokens), "--limit", "1"])
+                rows.append({"target": target, "drafter": d, "ctx": int(ctx),
+                             **{k: r.get(k) for k in ("predicted_total", "peak_rss", "error", "error_message")}})
+                print(f"{target} {d} ctx {ctx}: " + (r.get("error_message") or
+                      f"predicted {r['predicted_total'] / 1e6:.0f} MB, measured {r['peak_rss'] / 1e6:.0f} MB"),
+                      flush=True)
+    if args.json:
+        command = "python3 -m edgespec.bench.footprints " + shlex.join(sys.argv[1:] if argv is None else argv)
+        args.json.write_text(json.dumps({**record(rows, ", ".join(args.targets), command), "kind": FOOTPRINTS},
+                                        indent=2))
+    print("\n".join(footprint_lines(rows)))
+
+
+if __name__ == "__main__":
+    main()
