@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from rich.table import Table
 
 from edgespec import EdgeSpec
 from edgespec.bench.common import encode_prompt, load_prompts
+from edgespec.bench.record import SERVER, record, server_speeds
 from edgespec.models.store import DEFAULT_MODEL, resolve
 
 
@@ -117,8 +119,7 @@ def main(
         proc.terminate()
         proc.wait(timeout=30)
 
-    api_tps = sum(r["api_tokens"] for r in results) / sum(r["api_seconds"] for r in results)
-    srv_tps = sum(r["server_tokens"] for r in results) / sum(r["server_seconds"] for r in results)
+    api_tps, srv_tps = server_speeds(results)
     t = Table("path", "tokens/s (client side)", "engine tokens/s (median)", "x generate",
               title=f"{model}, drafter {drafter}, {len(rows)} prompts x {max_tokens} tokens, streamed")
     t.add_row("generate (Python API)", f"{api_tps:.2f}",
@@ -126,10 +127,10 @@ def main(
     t.add_row("edgespec serve (openai client, SSE)", f"{srv_tps:.2f}",
               f"{statistics.median(r['server_engine_tokens_per_s'] for r in results):.2f}", f"{srv_tps / api_tps:.3f}")
     console.print(t)
-    if json_path:
-        json_path.write_text(json.dumps({"model": model, "drafter": drafter, "max_tokens": max_tokens,
-                                         "api_tokens_per_s": api_tps, "server_tokens_per_s": srv_tps,
-                                         "ratio": srv_tps / api_tps, "prompts": results}, indent=2))
+    if json_path:  # a record: `edgespec bench --markdown FILE` prints its table, the docs regenerate it
+        command = "python -m edgespec.apps.server_bench " + shlex.join(sys.argv[1:])
+        json_path.write_text(json.dumps({**record(results, model, command), "kind": SERVER, "drafter": drafter,
+                                         "max_tokens": max_tokens}, indent=2))
 
 
 if __name__ == "__main__":

@@ -80,7 +80,7 @@ def rows_of(data: dict | list) -> list[dict]:
 def markdown(rec: dict, view: str = "") -> str:
     """The record's table: every row; or (`headline`) plain, edgespec's default and the best
     llama-server type per category; or (`curves`) each runtime's batch costs; an export
-    validation record's table of formats; a memory sweep's budgets; the memory model's predictions; a simulated FPGA's or a projected device's rows,
+    validation record's table of formats; a memory sweep's budgets; the memory model's predictions; the server against the Python API; a simulated FPGA's or a projected device's rows,
     labelled as such."""
     m = rec["machine"]
     cores = f"{m['physical_cores']} cores" if m.get("physical_cores") else f"{m['logical_cores']} logical cores"
@@ -88,6 +88,12 @@ def markdown(rec: dict, view: str = "") -> str:
              f"{rec['date']}: `{reproducing(rec['command'])}`", ""]
     if rec.get("kind") == EXPORTS:
         lines += VALIDATION_HEADER + [validation_line(r) for r in rec["rows"]]
+    elif rec.get("kind") == SERVER:
+        api, server = server_speeds(rec["rows"])
+        lines += [f"| path ({rec['model']}, `{rec['drafter']}`, {len(rec['rows'])} prompts x {rec['max_tokens']} tokens) "
+                  "| tokens/s | x generate |", "|---|---:|---:|",
+                  f"| generate (Python API) | {api:.2f} | 1.00 |",
+                  f"| `edgespec serve` (openai client, SSE) | {server:.2f} | {server / api:.2f} |"]
     elif rec.get("kind") == FOOTPRINTS:
         lines += footprint_lines(rec["rows"])
     elif rec.get("kind") == SWEEP:
@@ -130,6 +136,15 @@ def sweep_cells(results: list[dict], plain: int | None = None) -> list[list[str]
                      f"{r['tokens_per_s']['plain']:.2f}", f"{r['tokens_per_s']['speculative']:.2f}",
                      f"{r['speedup']:.2f}x" if r.get("speedup") else "-", keep])
     return rows
+
+
+SERVER = "server"  # a record of `python -m edgespec.apps.server_bench`
+
+
+def server_speeds(rows: list[dict]) -> tuple[float, float]:
+    """Tokens/s through the Python API and through the server, over every prompt."""
+    return tuple(sum(r[f"{side}_tokens"] for r in rows) / sum(r[f"{side}_seconds"] for r in rows)
+                 for side in ("api", "server"))
 
 
 FOOTPRINTS = "footprints"  # a record of `python3 -m edgespec.bench.footprints`
