@@ -4,7 +4,7 @@ bench's prompts allow, not one aggregate that noise can tip either way."""
 import numpy as np
 
 from edgespec.bench.common import Run
-from edgespec.bench.hybrid_compare import against_best_member, members, verdict
+from edgespec.bench.hybrid_compare import against_best_member, against_plain, members, verdict
 
 
 def bench_runs(speeds: dict[str, float], prompts: int = 8, noise: float = 0.05, seed: int = 0) -> dict:
@@ -50,3 +50,12 @@ def test_a_hybrid_of_a_model_given_by_path_keeps_a_row_apart_from_the_model_alon
     assert _label("/models/drafter.gguf") == "drafter.gguf"
     assert _label("auto+/models/drafter.gguf") == "auto+drafter.gguf"
     assert members(_label("auto+/models/drafter.gguf"))[-1] == _label("/models/drafter.gguf")
+
+
+def test_every_drafter_gets_an_interval_over_prompts_around_its_ratio_to_plain():
+    """A drafter 3% faster than plain, over twenty benches of eight prompts whose timing moves
+    5% each: the interval holds the true ratio in most of them; plain gets none."""
+    spreads = [against_plain(bench_runs({"plain": 30.0, "auto": 30.9}, seed=s), ["chat"], lambda name: "plain")
+               for s in range(20)]
+    assert sum(sp[("auto", "chat")][0] < 1.03 < sp[("auto", "chat")][1] for sp in spreads) >= 14
+    assert all(("auto", "all") in sp and ("plain", "chat") not in sp for sp in spreads)

@@ -16,7 +16,7 @@ ratio as well (the README shows two).
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -58,22 +58,48 @@ def against_best_member(runs: Mapping[tuple[str, str], Sequence], categories: Se
         if not ran:
             continue
         for cat in [*categories, "all"]:
-            cats = categories if cat == "all" else [cat]
-            per = {n: np.concatenate([_speeds(runs.get((n, c), [])) for c in cats]) for n in [hybrid, *ran]}
+            per = {n: _per_prompt(runs, n, categories, cat) for n in [hybrid, *ran]}
             if any(len(s) != len(per[hybrid]) or s[:, 1].sum() <= 0 for s in per.values()):
                 continue  # not run on the same prompts, or nothing decoded
             best = max(ran, key=lambda m: float(_tps(per[m])))
-            h, m = per[hybrid], per[best]
-            # resample prompts, keeping each prompt's hybrid and member runs together
-            pick = rng.integers(0, len(h), size=(RESAMPLES, len(h)))
-            with np.errstate(divide="ignore", invalid="ignore"):  # a resample of one-token answers only
-                spread = _tps(h[pick]) / _tps(m[pick])
-            lo, hi = np.nanquantile(spread[np.isfinite(spread)], [(1 - INTERVAL) / 2, (1 + INTERVAL) / 2])
-            out.setdefault(hybrid, {})[cat] = {
-                "best_member": best, "ratio": round(float(_tps(h) / _tps(m)), 3),
-                "interval": [round(float(lo), 3), round(float(hi), 3)], "prompts": len(h),
-            }
+            ratio, interval = paired_ratio(per[hybrid], per[best], rng)
+            out.setdefault(hybrid, {})[cat] = {"best_member": best, "ratio": ratio, "interval": interval,
+                                               "prompts": len(per[hybrid])}
     return out
+
+
+def against_plain(runs: Mapping[tuple[str, str], Sequence], categories: Sequence[str], plain_of: Callable[[str], str],
+                  seed: int = 0) -> dict[tuple[str, str], list[float]]:
+    """(method, category) -> a paired bootstrap interval of the method's speed over its plain
+    run's (`plain_of`), over the category's prompts: how far this run's prompts alone move
+    the "x plain" a row reports."""
+    names = dict.fromkeys(n for n, _ in runs)
+    out: dict[tuple[str, str], list[float]] = {}
+    rng = np.random.default_rng(seed)
+    for name in names:
+        ref = plain_of(name)
+        if ref == name or ref not in names:
+            continue
+        for cat in [*categories, "all"]:
+            a, b = _per_prompt(runs, name, categories, cat), _per_prompt(runs, ref, categories, cat)
+            if len(a) == len(b) and len(a) > 1 and a[:, 1].sum() > 0 and b[:, 1].sum() > 0:
+                out[(name, cat)] = paired_ratio(a, b, rng)[1]
+    return out
+
+
+def _per_prompt(runs: Mapping[tuple[str, str], Sequence], name: str, categories: Sequence[str], cat: str) -> np.ndarray:
+    cats = categories if cat == "all" else [cat]
+    return np.concatenate([_speeds(runs.get((name, c), [])) for c in cats])
+
+
+def paired_ratio(a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> tuple[float, list[float]]:
+    """a's tokens/s over b's on the same prompts ([tokens, seconds] rows, paired), and the
+    INTERVAL of that ratio when the prompts are resampled, each prompt's pair kept together."""
+    pick = rng.integers(0, len(a), size=(RESAMPLES, len(a)))
+    with np.errstate(divide="ignore", invalid="ignore"):  # a resample of one-token answers only
+        spread = _tps(a[pick]) / _tps(b[pick])
+    lo, hi = np.nanquantile(spread[np.isfinite(spread)], [(1 - INTERVAL) / 2, (1 + INTERVAL) / 2])
+    return round(float(_tps(a) / _tps(b)), 3), [round(float(lo), 3), round(float(hi), 3)]
 
 
 def verdict(c: dict) -> str:

@@ -175,15 +175,17 @@ def _fmt(v: float | None, spec: str = ".2f") -> str:
 
 
 def _full(rows: list[dict]) -> list[str]:
-    """Every row; where rows ran on another device (`gpu:`), its x plain is against that
-    device's plain, and each output is compared with that plain's ("same as plain")."""
+    """Every row, x plain with its interval over the run's prompts where the record has one;
+    where rows ran on another device (`gpu:`), its x plain is against that device's plain,
+    and each output is compared with that plain's ("same as plain")."""
     peers = any("x_best_peer" in r for r in rows)
     devices = any(r["drafter"].startswith("gpu:") for r in rows)
     out = ["| category | method | tok/s | x plain |" + (" x best peer |" if peers else "") + " accepted |"
            + (" same as plain |" if devices else ""),
            "|---|---|---|---|" + ("---|" if peers else "") + "---|" + ("---|" if devices else "")]
     for r in rows:
-        cells = [r["category"], r["drafter"], _fmt(r.get("tokens_per_s")), _fmt(r.get("ratio_to_plain"))]
+        spread = " ({:.2f}-{:.2f})".format(*r["x_plain_interval"]) if "x_plain_interval" in r else ""
+        cells = [r["category"], r["drafter"], _fmt(r.get("tokens_per_s")), _fmt(r.get("ratio_to_plain")) + spread]
         cells += [_fmt(r.get("x_best_peer"))] if peers else []
         cells += [_fmt(r.get("acceptance_rate"), ".0%")]
         cells += [r.get("identical_to_plain") or "-"] if devices else []

@@ -22,7 +22,7 @@ from edgespec.api import EdgeSpec
 from edgespec.bench import llama_server
 from edgespec.bench.common import Run, encode_prompt, print_wide, timed
 from edgespec.bench.hf_assisted import hf_methods
-from edgespec.bench.hybrid_compare import INTERVAL, against_best_member, verdict
+from edgespec.bench.hybrid_compare import INTERVAL, against_best_member, against_plain, verdict
 from edgespec.bench.llama_server import NAME, decode_timing
 from edgespec.bench.oracle import lookup_oracle_time
 from edgespec.bench.replay import REPLAYABLE, replay
@@ -367,7 +367,10 @@ def _run_bench(
             rows.append(_replay_row(d, cat, plain_tps, *totals[cat], ptoks))
     _against_best_peer(rows)
     compared = against_best_member(runs, cats)
+    spread = against_plain(runs, cats, lambda name: _plain_of(name, methods))
     for r in rows:
+        if (r["drafter"], r["category"]) in spread:
+            r["x_plain_interval"] = spread[(r["drafter"], r["category"])]
         r["other_cores"] = other_cores
         if r["category"] in compared.get(r["drafter"], {}):
             r["against_best_member"] = compared[r["drafter"]][r["category"]]
@@ -473,13 +476,15 @@ def _replayed_row(name: str, cat: str, plain_tps: float, plain_time: float, seco
 
 def print_rows(rows: list[dict], console: Console) -> None:
     peers = any("x_best_peer" in r for r in rows)
-    t = Table("category", "method", "tok/s", "x plain", *(["x best peer"] if peers else []), "accept", "by position",
+    t = Table("category", "method", "tok/s", "x plain", f"{INTERVAL:.0%} over prompts", *(["x best peer"] if peers else []),
+              "accept", "by position",
               "overhead ms/tok", "same as plain", "drafter ms/step", "accepted from",
               title="edgespec bench (decode speed, prefill excluded; measured side by side in one run)")
     for r in rows:
         t.add_row(
             r["category"], r["drafter"], f"{r['tokens_per_s']:.2f}",
             f"{r['ratio_to_plain']:.2f}" if r["ratio_to_plain"] is not None else "-",
+            "{:.2f}-{:.2f}".format(*r["x_plain_interval"]) if "x_plain_interval" in r else "-",
             *([f"{r['x_best_peer']:.2f}" if "x_best_peer" in r else "-"] if peers else []),
             f"{r['acceptance_rate']:.0%}" if r["acceptance_rate"] is not None else "-",
             "/".join("-" if a is None else f"{100 * a:.0f}" for a in r["acceptance_by_position"][:4]) or "-",
