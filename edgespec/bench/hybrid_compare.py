@@ -1,4 +1,5 @@
-"""A hybrid drafter against the best of its members, from one bench run.
+"""A hybrid drafter against the best of its members, and every method against plain,
+from one bench run, each ratio with an interval over the run's prompts.
 
 `auto` mixes the model-free drafters step by step, `auto+MODEL` adds a model drafter;
 either should be at least as fast as the best single drafter it mixes. Two prompts
@@ -7,11 +8,12 @@ cannot show it: here each category's ratio comes with an interval, resampling it
 prompts (the bench ran every method on the same prompts, interleaved, so the
 comparison is paired prompt by prompt). The best member is picked on the whole
 sample and kept fixed while resampling: that favours the member, not the hybrid.
+A method's "x plain" gets the same interval.
 
 The interval is this run's prompts' spread only. Each method's controller learns
 from one prompt to the next, and a text that parts from plain's at a near-tie
-copies differently from there, so a second run of the same command moves the
-ratio as well (the README shows two).
+copies differently from there, and the machine's speed drifts, so a second run
+of the same command moves the ratio as well (docs/benchmarks.md).
 """
 
 from __future__ import annotations
