@@ -64,9 +64,11 @@ def profile(
         result["sweep"] = sweep(model, drafter, [None, *levels], ctx, threads, max_draft, max_tokens, prompts,
                                 limit, err, category, device)
         print_sweep(result["sweep"], out, base)
-    if json_path:  # a sweep is a record for the docs (edgespec bench --markdown prints its table)
-        json_path.write_text(json.dumps({**record(result["sweep"], model), "kind": SWEEP, "plain_footprint": base,
-                                         "run": r} if sweep_budgets else r))
+    if json_path:  # a sweep is a record for the docs (edgespec bench --markdown prints its table), without
+        # the memory samples over time that each run keeps for --plot
+        rows = [{k: v for k, v in x.items() if k not in ("samples", "marks")} for x in result.get("sweep", [])]
+        json_path.write_text(json.dumps({**record(rows, model), "kind": SWEEP, "plain_footprint": base}, indent=2)
+                             if sweep_budgets else json.dumps(r))
     if plot_path:
         plot(plot_path, r, result.get("sweep"))
         console.print(f"[dim]wrote {plot_path}[/]")
