@@ -177,18 +177,22 @@ def _fmt(v: float | None, spec: str = ".2f") -> str:
 def _full(rows: list[dict]) -> list[str]:
     """Every row, x plain with its interval over the run's prompts where the record has one;
     where rows ran on another device (`gpu:`), its x plain is against that device's plain,
-    and each output is compared with that plain's ("same as plain")."""
+    and each output is compared with that plain's ("same as plain"); a model drafter's row
+    gives the time of one of its draft tokens ("drafter ms/step")."""
     peers = any("x_best_peer" in r for r in rows)
     devices = any(r["drafter"].startswith("gpu:") for r in rows)
+    models = any(r.get("drafter_step_ms") is not None for r in rows)
     out = ["| category | method | tok/s | x plain |" + (" x best peer |" if peers else "") + " accepted |"
-           + (" same as plain |" if devices else ""),
-           "|---|---|---|---|" + ("---|" if peers else "") + "---|" + ("---|" if devices else "")]
+           + (" same as plain |" if devices else "") + (" drafter ms/step |" if models else ""),
+           "|---|---|---|---|" + ("---|" if peers else "") + "---|" + ("---|" if devices else "")
+           + ("---|" if models else "")]
     for r in rows:
         spread = " ({:.2f}-{:.2f})".format(*r["x_plain_interval"]) if "x_plain_interval" in r else ""
         cells = [r["category"], r["drafter"], _fmt(r.get("tokens_per_s")), _fmt(r.get("ratio_to_plain")) + spread]
         cells += [_fmt(r.get("x_best_peer"))] if peers else []
         cells += [_fmt(r.get("acceptance_rate"), ".0%")]
         cells += [r.get("identical_to_plain") or "-"] if devices else []
+        cells += [_fmt(r.get("drafter_step_ms"), ".1f")] if models else []
         out.append("| " + " | ".join(cells) + " |")
     return out
 
