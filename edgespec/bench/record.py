@@ -79,26 +79,15 @@ def rows_of(data: dict | list) -> list[dict]:
 
 def markdown(rec: dict, view: str = "") -> str:
     """The record's table: every row; or (`headline`) plain, edgespec's default and the best
-    llama-server type per category; or (`curves`) each runtime's batch costs; an export
-    validation record's table of formats; a memory sweep's budgets; the memory model's predictions; the server against the Python API; a simulated FPGA's or a projected device's rows,
-    labelled as such."""
+    llama-server type per category; or (`curves`) each runtime's batch costs. A record of
+    another kind (`kind`: export validation, memory sweep, footprints, server) has its own
+    table, and a simulated FPGA's or a projected device's rows are labelled as such."""
     m = rec["machine"]
     cores = f"{m['physical_cores']} cores" if m.get("physical_cores") else f"{m['logical_cores']} logical cores"
     lines = [f"{rec['model']} on {m['cpu']} ({cores}, {', '.join(m['simd']).upper() or 'no SIMD flags'}), "
              f"{rec['date']}: `{reproducing(rec['command'])}`", ""]
-    if rec.get("kind") == EXPORTS:
-        lines += VALIDATION_HEADER + [validation_line(r) for r in rec["rows"]]
-    elif rec.get("kind") == SERVER:
-        api, server = server_speeds(rec["rows"])
-        lines += [f"| path ({rec['model']}, `{rec['drafter']}`, {len(rec['rows'])} prompts x {rec['max_tokens']} tokens) "
-                  "| tokens/s | x generate |", "|---|---:|---:|",
-                  f"| generate (Python API) | {api:.2f} | 1.00 |",
-                  f"| `edgespec serve` (openai client, SSE) | {server:.2f} | {server / api:.2f} |"]
-    elif rec.get("kind") == FOOTPRINTS:
-        lines += footprint_lines(rec["rows"])
-    elif rec.get("kind") == SWEEP:
-        lines += ["| " + " | ".join(SWEEP_COLUMNS) + " |", "|---" * len(SWEEP_COLUMNS) + "|"]
-        lines += ["| " + " | ".join(cells) + " |" for cells in sweep_cells(rec["rows"], rec["plain_footprint"])]
+    if rec.get("kind") in KINDS:
+        lines += KINDS[rec["kind"]](rec)
     else:
         rows = rec["rows"]
         full = _fpga if "simulated_tokens_per_s" in rows[0] else _projected if "device_profile" in rows[0] else _full
@@ -164,10 +153,27 @@ def footprint_lines(rows: list[dict]) -> list[str]:
     return out
 
 
+def _server(rec: dict) -> list[str]:
+    api, server = server_speeds(rec["rows"])
+    return [f"| path ({rec['model']}, `{rec['drafter']}`, {len(rec['rows'])} prompts x {rec['max_tokens']} tokens) "
+            "| tokens/s | x generate |", "|---|---:|---:|",
+            f"| generate (Python API) | {api:.2f} | 1.00 |",
+            f"| `edgespec serve` (openai client, SSE) | {server:.2f} | {server / api:.2f} |"]
+
+
+def _sweep(rec: dict) -> list[str]:
+    return (["| " + " | ".join(SWEEP_COLUMNS) + " |", "|---" * len(SWEEP_COLUMNS) + "|"]
+            + ["| " + " | ".join(cells) + " |" for cells in sweep_cells(rec["rows"], rec["plain_footprint"])])
+
+
 def validation_line(r: dict) -> str:
     return (f"| {r['source']} | {r['format']} | {r['size_mb']} | {r['top1_agreement']:.1%} | {r['max_abs_dlogit']:.2f} | "
             f"{r['perplexity_export']:.3f} ({r['perplexity_source']:.3f}) | {r['perplexity_ratio']:.3f} | "
             f"{r['decode_ms']:.1f} |")
+
+
+KINDS = {EXPORTS: lambda rec: VALIDATION_HEADER + [validation_line(r) for r in rec["rows"]],
+         SERVER: _server, SWEEP: _sweep, FOOTPRINTS: lambda rec: footprint_lines(rec["rows"])}
 
 
 def _fmt(v: float | None, spec: str = ".2f") -> str:
