@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import statistics
 import subprocess
 import sys
@@ -128,9 +127,8 @@ def main(
               f"{statistics.median(r['server_engine_tokens_per_s'] for r in results):.2f}", f"{srv_tps / api_tps:.3f}")
     console.print(t)
     if json_path:  # a record: `edgespec bench --markdown FILE` prints its table, the docs regenerate it
-        command = "python -m edgespec.apps.server_bench " + shlex.join(sys.argv[1:])
-        json_path.write_text(json.dumps({**record(results, model, command), "kind": SERVER, "drafter": drafter,
-                                         "max_tokens": max_tokens}, indent=2))
+        json_path.write_text(json.dumps(record(results, model, "python -m edgespec.apps.server_bench", kind=SERVER,
+                                               drafter=drafter, max_tokens=max_tokens), indent=2))
 
 
 if __name__ == "__main__":

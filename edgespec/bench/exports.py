@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import sys
 from pathlib import Path
 
 from edgespec.bench.record import EXPORTS, VALIDATION_HEADER, record, validation_line
@@ -61,8 +59,7 @@ def _export_row(src: str, to: str, quant: str, k: int | None, out: Path, loaded)
 
 
 def _record(rows: list[dict], args: argparse.Namespace) -> dict:
-    command = "python3 -m edgespec.bench.exports " + shlex.join(sys.argv[1:])
-    return {**record(rows, ", ".join(args.sources), command), "kind": EXPORTS}
+    return record(rows, ", ".join(args.sources), "python3 -m edgespec.bench.exports", kind=EXPORTS)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
-import sys
 from pathlib import Path
 
 from edgespec.bench.profile import profile_child
@@ -24,14 +22,14 @@ from edgespec.memory.planner import uses_model
 from edgespec.models.store import model_file, resolve
 
 
-def main(argv: list[str] | None = None) -> None:
+def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("targets", nargs="+")
     ap.add_argument("--drafters", default="none,auto")
     ap.add_argument("--ctx", default="512,2048,4096")
     ap.add_argument("-n", "--max-tokens", type=int, default=64)
     ap.add_argument("--json", type=Path)
-    args = ap.parse_args(argv)
+    args = ap.parse_args()
     drafters = args.drafters.split(",")
     size = {m: model_file(resolve(m)).stat().st_size for m in [*args.targets, *filter(uses_model, drafters)]}
     rows = []
@@ -47,9 +45,8 @@ def main(argv: list[str] | None = None) -> None:
                       f"predicted {r['predicted_total'] / 1e6:.0f} MB, measured {r['peak_rss'] / 1e6:.0f} MB"),
                       flush=True)
     if args.json:
-        command = "python3 -m edgespec.bench.footprints " + shlex.join(sys.argv[1:] if argv is None else argv)
-        args.json.write_text(json.dumps({**record(rows, ", ".join(args.targets), command), "kind": FOOTPRINTS},
-                                        indent=2))
+        args.json.write_text(json.dumps(record(rows, ", ".join(args.targets), "python3 -m edgespec.bench.footprints",
+                                               kind=FOOTPRINTS), indent=2))
     print("\n".join(footprint_lines(rows)))
 
 

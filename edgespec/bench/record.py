@@ -59,9 +59,11 @@ def _llama_cpp_build() -> str:
         return "not installed"
 
 
-def record(rows: list[dict], model: str, command: str | None = None) -> dict:
-    return {"date": time.strftime("%Y-%m-%d"), "command": command or "edgespec " + shlex.join(sys.argv[1:]),
-            "model": model, "machine": machine(), "rows": rows}
+def record(rows: list[dict], model: str, program: str = "edgespec", **fields) -> dict:
+    """`program`: how this process was started (`edgespec`, `python3 -m MODULE`), before its
+    arguments; `fields`: a record's kind and what its table needs beside the rows."""
+    return {"date": time.strftime("%Y-%m-%d"), "command": f"{program} {shlex.join(sys.argv[1:])}",
+            "model": model, "machine": machine(), "rows": rows, **fields}
 
 
 def reproducing(command: str) -> str:

@@ -67,7 +67,7 @@ def profile(
     if json_path:  # a sweep is a record for the docs (edgespec bench --markdown prints its table), without
         # the memory samples over time that each run keeps for --plot
         rows = [{k: v for k, v in x.items() if k not in ("samples", "marks")} for x in result.get("sweep", [])]
-        json_path.write_text(json.dumps({**record(rows, model), "kind": SWEEP, "plain_footprint": base}, indent=2)
+        json_path.write_text(json.dumps(record(rows, model, kind=SWEEP, plain_footprint=base), indent=2)
                              if sweep_budgets else json.dumps(r))
     if plot_path:
         plot(plot_path, r, result.get("sweep"))
