@@ -101,6 +101,20 @@ def test_token_recycling_walks_successors_taken_from_verification_logits():
     assert d.propose([1, 4], 3).tokens[:2] == [7, 9]
 
 
+def test_token_recycling_ranks_a_row_again_only_when_the_target_did_not_confirm_its_stored_best():
+    vocab = 50
+    d = TokenRecyclingDrafter(vocab)
+    logits = np.zeros((1, vocab), dtype=np.float32)
+    logits[0, 7] = 3.0
+    d.observe([1, 4], [4], logits, next_token=7)
+    ranked = []
+    d.top_successors = lambda row: ranked.append(row) or np.full(d.k, 9, dtype=np.int32)
+    d.observe([1, 4, 7, 4], [4], logits, next_token=7)  # 4 -> 7 again: the table already says so
+    assert ranked == [] and d.successors(4)[0] == 7
+    d.observe([1, 4, 7, 4, 7, 4], [4], logits, next_token=8)  # the target went elsewhere: rank the row
+    assert len(ranked) == 1 and d.successors(4)[0] == 9
+
+
 def test_token_recycling_keeps_the_exact_top_successors_of_peaked_and_flat_rows():
     d = TokenRecyclingDrafter(151_936)
     rng = np.random.default_rng(0)

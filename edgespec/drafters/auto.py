@@ -46,13 +46,14 @@ class AutoDrafter(Drafter):
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
         ctl = self.controller
+        drafts = [draft for d in self.free if len(draft := d.propose(history, k))]
+        if len(drafts) == 1 and not self.models:
+            return drafts[0]  # nothing to weigh it against (scoring is a step's largest Python cost)
         best, best_score = EMPTY, 1.0
-        for d in self.free:
-            draft = d.propose(history, k)
-            if len(draft):
-                s = ctl.expected_gain(draft.key, len(draft))
-                if s > best_score or best is EMPTY:
-                    best, best_score = draft, s
+        for draft in drafts:
+            s = ctl.expected_gain(draft.key, len(draft))
+            if s > best_score or best is EMPTY:
+                best, best_score = draft, s
         for m in self.models:
             k_m = m.planned_length(ctl, k)
             if k_m == 0:
@@ -64,9 +65,10 @@ class AutoDrafter(Drafter):
                     best, best_score = draft, gain
         return best
 
-    def observe(self, history: Sequence[int], inputs: Sequence[int], logits: np.ndarray) -> None:
+    def observe(self, history: Sequence[int], inputs: Sequence[int], logits: np.ndarray,
+                next_token: int | None = None) -> None:
         for d in self.drafters:
-            d.observe(history, inputs, logits)
+            d.observe(history, inputs, logits, next_token)
 
     def reset(self) -> None:
         for d in self.drafters:

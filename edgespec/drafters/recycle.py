@@ -47,9 +47,11 @@ class TokenRecyclingDrafter(Drafter):
             t = nxt
         return Draft(out, key="recycle") if out else EMPTY
 
-    def observe(self, history: Sequence[int], inputs: Sequence[int], logits: np.ndarray) -> None:
-        for i, (tok, row) in enumerate(zip(inputs, logits)):
-            if i + 1 < len(inputs) and self.table[tok, 0] == inputs[i + 1]:
+    def observe(self, history: Sequence[int], inputs: Sequence[int], logits: np.ndarray,
+                next_token: int | None = None) -> None:
+        followers = [*inputs[1:], next_token]
+        for tok, row, nxt in zip(inputs, logits, followers):
+            if self.table[tok, 0] == nxt:
                 continue  # the stored best successor was just confirmed: skip a pass over the vocabulary
             self.table[tok] = self.top_successors(row)
 
@@ -62,7 +64,7 @@ class TokenRecyclingDrafter(Drafter):
         where a flat distribution leaves many, they are partitioned, not the row.
         """
         out = np.full(self.k, -1, dtype=np.int32)
-        best = row[int(np.argmax(row))]
+        best = row.max()
         cand = np.flatnonzero(row > best - self.window)
         if len(cand) > 4 * self.k:  # a flat distribution: the exact top-k
             if len(cand) < len(row) // 16:

@@ -50,6 +50,9 @@ class AcceptanceModel:
     _tries: dict[str, np.ndarray] = field(default_factory=dict)
     _priors: dict[str, np.ndarray] = field(default_factory=dict)  # per-position priors from earlier runs
     _counts: dict[str, list[np.ndarray]] = field(default_factory=dict)  # undecayed, since take_counts
+    # E(j) for j = 0..max_k per kind, until its evidence changes: asked several times a
+    # step (every proposal auto weighs, then the one verified), changed once at most
+    _expected: dict[str, np.ndarray] = field(default_factory=dict)
 
     def _posterior(self, a: np.ndarray, t: np.ndarray) -> np.ndarray:
         # positions never tried borrow the key's pooled rate, not the flat prior:
@@ -74,6 +77,7 @@ class AcceptanceModel:
         reached = min(n_accepted + 1, k)  # positions actually tested
         if reached <= start:  # none beyond those recorded (a rejection among the verified ones)
             return
+        self._expected.pop(key, None)
         if key not in self._acc:
             self._acc[key] = np.zeros(self.max_k)
             self._tries[key] = np.zeros(self.max_k)
@@ -97,6 +101,7 @@ class AcceptanceModel:
     def seed(self, counts: dict[str, list[list[float]]]) -> None:
         """Take each kind's [accepted, tried] per position kept by earlier runs as its
         prior (weighing `prior_weight` steps, so this run's own evidence soon leads)."""
+        self._expected.clear()
         for key, ev in counts.items():
             c = acceptance_counts(ev)
             if c is not None:  # else not counts this model wrote
@@ -107,8 +112,10 @@ class AcceptanceModel:
 
     def expected_tokens(self, key: str, k: int) -> np.ndarray:
         """E(j) for j = 0..k: expected tokens per step when drafting j tokens."""
-        p = self.rates(key)[:k]
-        return 1.0 + np.concatenate([[0.0], np.cumsum(np.cumprod(p))])
+        e = self._expected.get(key)
+        if e is None:
+            e = self._expected[key] = 1.0 + np.concatenate([[0.0], np.cumsum(np.cumprod(self.rates(key)))])
+        return e[: k + 1]
 
 
 # What a batch of n tokens costs, in units of one token, before this machine measured it:

@@ -117,9 +117,11 @@ class Drafter(ABC):
     def propose(self, history: Sequence[int], k: int) -> Draft:
         """Up to k tokens to follow `history`."""
 
-    def observe(self, history: Sequence[int], inputs: Sequence[int], logits: np.ndarray) -> None:
+    def observe(self, history: Sequence[int], inputs: Sequence[int], logits: np.ndarray,
+                next_token: int | None = None) -> None:
         """After a verification step: `inputs` are the step's last token and the
-        accepted drafts, `logits[i]` the target's output after `inputs[i]`.
+        accepted drafts, `logits[i]` the target's output after `inputs[i]`, and
+        `next_token` the token the target chose after the last of them.
         `history` is as of the step's start; the accepted tokens arrive with the
         next `propose`."""
 

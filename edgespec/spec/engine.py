@@ -389,7 +389,7 @@ class Engine:
             sim = b.simulated_seconds(len(batch), n_before)
             self.controller.record(draft.key, k, n, len(batch), dt if sim is None else sim)
             t0 = time.perf_counter()
-            self.drafter.observe(history, batch[: n + 1], out[: n + 1])
+            self.drafter.observe(history, batch[: n + 1], out[: n + 1], verdict.next_token)
             st.draft_s += time.perf_counter() - t0
         return [*draft.tokens[:n], verdict.next_token]
 
