@@ -6,6 +6,7 @@ from edgespec.drafters import (AutoDrafter, NGramCacheDrafter, PromptLookupDraft
                                make_drafter)
 from edgespec.spec.controller import DraftController
 from edgespec.spec.drafter import Draft, Drafter
+from edgespec.spec.verifier import SamplingParams
 
 
 def test_prompt_lookup_continues_the_longest_earlier_match():
@@ -89,45 +90,28 @@ def test_ngram_cache_stays_within_its_bound_over_a_long_session_and_keeps_what_r
     assert d.propose([*history, 11, 12], 3).tokens == [13, 14, 15]
 
 
-def test_token_recycling_walks_successors_taken_from_verification_logits():
+def test_token_recycling_walks_the_best_token_of_each_verification_row():
     vocab = 50
     d = TokenRecyclingDrafter(vocab)
+    d.sample_with(SamplingParams(temperature=0.8), np.random.default_rng(0))
     logits = np.zeros((2, vocab), dtype=np.float32)
-    logits[0, 7] = 3.0  # after token 4 the target liked 7 best, then 8
-    logits[0, 8] = 2.0
+    logits[0, 7] = 3.0  # after token 4 the target liked 7 best
     logits[1, 9] = 5.0  # after token 7: 9
-    d.observe([1, 4], [4, 7], logits)
-    assert list(d.successors(4)[:2]) == [7, 8]
-    assert d.propose([1, 4], 3).tokens[:2] == [7, 9]
+    d.observe([1, 4], [4, 7], logits, next_token=12)  # sampling drew 12 after 7: not its best
+    assert d.propose([1, 4], 3).tokens == [7, 9]
 
 
-def test_token_recycling_ranks_a_row_again_only_when_the_target_did_not_confirm_its_stored_best():
-    vocab = 50
-    d = TokenRecyclingDrafter(vocab)
-    logits = np.zeros((1, vocab), dtype=np.float32)
-    logits[0, 7] = 3.0
-    d.observe([1, 4], [4], logits, next_token=7)
-    ranked = []
-    d.top_successors = lambda row: ranked.append(row) or np.full(d.k, 9, dtype=np.int32)
-    d.observe([1, 4, 7, 4], [4], logits, next_token=7)  # 4 -> 7 again: the table already says so
-    assert ranked == [] and d.successors(4)[0] == 7
-    d.observe([1, 4, 7, 4, 7, 4], [4], logits, next_token=8)  # the target went elsewhere: rank the row
-    assert len(ranked) == 1 and d.successors(4)[0] == 9
+def test_token_recycling_in_greedy_decoding_learns_the_tokens_the_target_chose_without_reading_logits():
+    d = TokenRecyclingDrafter(50)
+    d.sample_with(None, None)  # greedy
+    unread = np.full((3, 50), np.nan, dtype=np.float32)  # the verdict already names each row's best
+    d.observe([1, 4], [4, 7, 9], unread, next_token=11)
+    assert d.propose([1, 4], 5).tokens == [7, 9, 11]
 
 
-def test_token_recycling_keeps_the_exact_top_successors_of_peaked_and_flat_rows():
-    d = TokenRecyclingDrafter(151_936)
-    rng = np.random.default_rng(0)
-    for spread in (8.0, 3.0, 1.0, 0.1):  # a few tokens near the best, hundreds, thousands, all
-        row = (rng.standard_normal(d.n_vocab) * spread).astype(np.float32)
-        assert list(d.top_successors(row)) == list(np.argsort(-row, kind="stable")[: d.k])
-
-
-def test_token_recycling_table_stays_under_4_mb_for_large_vocabularies():
+def test_token_recycling_keeps_one_successor_per_token_about_a_megabyte_for_large_vocabularies():
     for vocab in (49_152, 151_936, 262_144):
-        d = TokenRecyclingDrafter(vocab)
-        assert d.memory() < 4_000_000
-        assert d.k >= 3
+        assert TokenRecyclingDrafter(vocab).memory() == 4 * vocab
 
 
 class Fixed(Drafter):

@@ -27,8 +27,16 @@ FUZZ_REQUESTS = 2000
 LOOP_BOMB = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
 
 
-def reference_server(tokenizer=None, **kw) -> LocalServer:
-    backend = ReferenceBackend()
+class SlowReferenceBackend(ReferenceBackend):
+    """The reference model at 5 ms a batch: a full context takes seconds on any machine."""
+
+    def eval(self, ids, n_logits=None):
+        time.sleep(0.005)
+        return super().eval(ids, n_logits)
+
+
+def reference_server(tokenizer=None, backend=None, **kw) -> LocalServer:
+    backend = backend or ReferenceBackend()
     if tokenizer is not None:
         backend.tokenizer = tokenizer
     return LocalServer(EdgeSpec(backend, drafter="auto"), "reference", port=0, **kw)
@@ -84,7 +92,7 @@ def test_deep_nesting_and_a_random_seed_are_not_server_errors():
 
 
 def test_timeout_stops_a_long_request_with_504():
-    with reference_server(limits=Limits(timeout_s=0.5)) as srv:
+    with reference_server(backend=SlowReferenceBackend(), limits=Limits(timeout_s=0.5)) as srv:
         r = httpx.post(srv.url + "/completions", json={"model": "reference", "prompt": "a long story",
                                                         "max_tokens": 4000}, timeout=60)
         assert r.status_code == 504 and r.json()["error"]["code"] == "timeout"

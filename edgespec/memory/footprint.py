@@ -37,7 +37,6 @@ from dataclasses import dataclass, field, replace
 import psutil
 
 from edgespec.drafters.ngram import BYTES_PER_TOKEN as NGRAM_BYTES_PER_TOKEN
-from edgespec.drafters.recycle import MAX_BYTES as RECYCLE_BYTES
 from edgespec.models.facts import ModelFacts
 from edgespec.runtimes.kv_cache import KV_TYPES
 
@@ -141,7 +140,7 @@ def drafter_table_bytes(kind: str, n_vocab: int, n_ctx: int) -> int:
              "auto": ("lookup", "ngram", "recycle")}.get(kind.split("+")[0], ())
     total = 0
     for k in kinds:
-        total += min(RECYCLE_BYTES, 32 * n_vocab) if k == "recycle" else NGRAM_BYTES_PER_TOKEN * n_ctx
+        total += 4 * n_vocab if k == "recycle" else NGRAM_BYTES_PER_TOKEN * n_ctx  # one int32 successor per token
     return total
 
 
