@@ -48,7 +48,7 @@ class AutoDrafter(Drafter):
         ctl = self.controller
         drafts = [draft for d in self.free if len(draft := d.propose(history, k))]
         if len(drafts) == 1 and not self.models:
-            return drafts[0]  # nothing to weigh it against (scoring is a step's largest Python cost)
+            return drafts[0]  # nothing to weigh it against: the engine still decides its length
         best, best_score = EMPTY, 1.0
         for draft in drafts:
             s = ctl.expected_gain(draft.key, len(draft))
