@@ -1,6 +1,6 @@
 """`edgespec bench`: plain llama.cpp, its own prompt lookup, and edgespec's drafters,
-side by side on the same prompts in one process, interleaved prompt by prompt so
-machine noise falls on all of them alike.
+side by side on the same prompts in one process, interleaved prompt by prompt in an
+order that turns, so machine noise falls on all of them alike.
 
 Every method is timed the same way: a stream, clocked from its first token to its
 last, so prefill is excluded everywhere and tokens/s is decoding speed.
@@ -275,21 +275,22 @@ def _run_bench(
 
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("bench", total=len(encoded) * len(methods))
-        for cat, ids in encoded:
-            # each device's rows compare with its own plain run (gpu:plain for gpu:*), the rest with plain
-            plain_tokens: dict[str, list[int]] = {}
-            for name, run in methods.items():
+        names = list(methods)
+        for i, (cat, ids) in enumerate(encoded):
+            # the order turns by one method per prompt: a method that always ran right after
+            # another would inherit that one's effect on the cores and caches
+            now: dict[str, Run] = {}
+            for name in names[i % len(names):] + names[: i % len(names)]:
                 bar.update(task, description=f"{cat}: {name}")
-                r = run(ids, max_tokens)
-                runs[(name, cat)].append(r)
-                ref = _plain_of(name, methods)
-                if name == ref:
-                    plain_tokens[ref] = r.tokens
-                elif ref in plain_tokens and params.greedy:  # sampled outputs differ run to run
-                    for c in (cat, "all"):
-                        identical[(name, c)][0] += r.tokens == plain_tokens[ref]
-                        identical[(name, c)][1] += 1
+                now[name] = methods[name](ids, max_tokens)
                 bar.advance(task)
+            for name in names:  # each device's rows compare with its own plain run (gpu:plain for gpu:*)
+                runs[(name, cat)].append(now[name])
+                ref = _plain_of(name, methods)
+                if name != ref and ref in now and params.greedy:  # sampled outputs differ run to run
+                    for c in (cat, "all"):
+                        identical[(name, c)][0] += now[name].tokens == now[ref].tokens
+                        identical[(name, c)][1] += 1
     other_cores = _report_load(load, threads, console)
 
     rows = []
