@@ -21,6 +21,8 @@ import numpy as np
 from edgespec.spec.drafter import EMPTY, Draft, Drafter
 from edgespec.spec.verifier import SamplingParams
 
+BYTES_PER_ENTRY = np.dtype(np.int32).itemsize  # the table: one int32 successor per vocabulary entry
+
 
 class TokenRecyclingDrafter(Drafter):
     name = "recycle"

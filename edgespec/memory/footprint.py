@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 import psutil
 
 from edgespec.drafters.ngram import BYTES_PER_TOKEN as NGRAM_BYTES_PER_TOKEN
+from edgespec.drafters.recycle import BYTES_PER_ENTRY as RECYCLE_BYTES_PER_ENTRY
 from edgespec.models.facts import ModelFacts
 from edgespec.runtimes.kv_cache import KV_TYPES
 
@@ -140,7 +141,7 @@ def drafter_table_bytes(kind: str, n_vocab: int, n_ctx: int) -> int:
              "auto": ("lookup", "ngram", "recycle")}.get(kind.split("+")[0], ())
     total = 0
     for k in kinds:
-        total += 4 * n_vocab if k == "recycle" else NGRAM_BYTES_PER_TOKEN * n_ctx  # one int32 successor per token
+        total += RECYCLE_BYTES_PER_ENTRY * n_vocab if k == "recycle" else NGRAM_BYTES_PER_TOKEN * n_ctx
     return total
 
 
