@@ -1,6 +1,10 @@
 """llama-server as a peer in `edgespec bench`: llama.cpp's own server, built from the
 same llama.cpp source and CPU flags as the llama-cpp-python edgespec runs on
-(`./install.sh --dev`), decoding the same prompt token ids on loopback.
+(`./install.sh --dev`), decoding the same prompt token ids on loopback with the same
+attention kernels as edgespec's backend: llama-server turns flash attention on by default,
+and on near-ties that writes another greedy text (on the shipped summaries, one answer
+quoted its source for 176 tokens where edgespec's plain text stopped after 16), so the
+ratios would compare texts rather than methods.
 
 Each configuration is one server process (plain, each `--spec-type` n-gram mode, and
 `-md DRAFT` for a same-vocabulary drafter model), started once and kept for the whole
@@ -62,11 +66,13 @@ def _free_port() -> int:
 class LlamaServer:
     """One llama-server process on loopback; `run(ids, max_tokens)` decodes greedily."""
 
-    def __init__(self, exe: Path, model: Path, ctx: int, threads: int, spec: list[str], log: Path) -> None:
+    def __init__(self, exe: Path, model: Path, ctx: int, threads: int, spec: list[str], log: Path,
+                 flash_attn: bool = False) -> None:
         self.port = _free_port()
         self.log = log
         args = [str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port), "-c", str(ctx),
-                "-t", str(threads), "-tb", str(threads), "-np", "1", "--no-webui", *spec]
+                "-t", str(threads), "-tb", str(threads), "-np", "1", "--no-webui",
+                "-fa", "on" if flash_attn else "off", *spec]
         if "-md" in spec:  # the drafter on the same threads
             args += ["-td", str(threads), "-tbd", str(threads)]
         with open(log, "wb") as out:

@@ -107,10 +107,10 @@ class _Peer:
         return Run(toks, seconds, drafted, accepted)
 
 
-def _start_servers(model_path: Path, draft_models: dict[str, Path], ctx: int, threads: int,
+def _start_servers(model_path: Path, draft_models: dict[str, Path], ctx: int, threads: int, flash_attn: bool,
                    is_eog: Callable[[int], bool], servers: list, console: Console) -> dict[str, Callable]:
     """One llama-server per configuration, appended to `servers` as it starts (the caller
-    stops them), as bench methods by row name."""
+    stops them), as bench methods by row name; flash attention as edgespec's backend has it."""
 
     exe = llama_server.binary()
     if exe is None:
@@ -121,7 +121,7 @@ def _start_servers(model_path: Path, draft_models: dict[str, Path], ctx: int, th
     for name, spec in llama_server.configurations(draft_models).items():
         with console.status(f"starting {name}…"):
             server = llama_server.LlamaServer(exe, model_path, ctx, threads, spec,
-                                              logs / f"{name.replace(':', '-')}.log")
+                                              logs / f"{name.replace(':', '-')}.log", flash_attn)
         servers.append(server)
         methods[name] = _Peer(server, is_eog).run
     return methods
@@ -230,7 +230,7 @@ def _run_bench(
     if peers:
         same_vocab = {label: model_file(drafter_paths[d]) for label, d in models.items()
                       if drafter_backends(es[d].llm.drafter)[0].tokenizer.n_vocab == tmpl.tokenizer.n_vocab}
-        methods.update(_start_servers(model_file(path), same_vocab, ctx, threads, eog,
+        methods.update(_start_servers(model_file(path), same_vocab, ctx, threads, tmpl.backend.flash_attn, eog,
                                       servers if servers is not None else [], console))
     if uag:
         with console.status("loading the models in transformers (dequantized to float32)…"):
@@ -286,7 +286,9 @@ def _run_bench(
                 bar.advance(task)
             for name in names:  # each device's rows compare with its own plain run (gpu:plain for gpu:*)
                 runs[(name, cat)].append(now[name])
-                ref = _plain_of(name, methods)
+                # llama-server's plain runs the same kernels as plain: a text of its own would
+                # make its types' ratios a comparison of texts
+                ref = PLAIN if name == NAME else _plain_of(name, methods)
                 if name != ref and params.greedy:  # sampled outputs differ run to run
                     for c in (cat, "all"):
                         identical[(name, c)][0] += now[name].tokens == now[ref].tokens
