@@ -2,9 +2,8 @@
 same llama.cpp source and CPU flags as the llama-cpp-python edgespec runs on
 (`./install.sh --dev`), decoding the same prompt token ids on loopback with the same
 attention kernels as edgespec's backend: llama-server turns flash attention on by default,
-and on near-ties that writes another greedy text (on the shipped summaries, one answer
-quoted its source for 176 tokens where edgespec's plain text stopped after 16), so the
-ratios would compare texts rather than methods.
+which breaks near-ties differently and so writes other greedy answers to some prompts, and
+the ratios would compare texts rather than methods (docs/benchmarks.md).
 
 Each configuration is one server process (plain, each `--spec-type` n-gram mode, and
 `-md DRAFT` for a same-vocabulary drafter model), started once and kept for the whole
