@@ -129,8 +129,10 @@ def _start_servers(model_path: Path, draft_models: dict[str, Path], ctx: int, th
 
 def _plain_of(name: str, methods: dict) -> str:
     """The row a method is compared with: its own runtime's or device's plain row
-    (gpu:plain for gpu:lookup, onnx:plain for onnx:auto), else llama.cpp's plain."""
-    if name.startswith(NAME):
+    (gpu:plain for gpu:lookup, onnx:plain for onnx:auto), else llama.cpp's plain.
+    llama-server's types compare with its plain, and that with plain: it runs the same
+    kernels, so a text of its own would make its types' ratios a comparison of texts."""
+    if name.startswith(NAME + ":"):
         return NAME
     own = f"{name.split(':')[0]}:plain"
     return own if ":" in name and own in methods else PLAIN
@@ -286,9 +288,7 @@ def _run_bench(
                 bar.advance(task)
             for name in names:  # each device's rows compare with its own plain run (gpu:plain for gpu:*)
                 runs[(name, cat)].append(now[name])
-                # llama-server's plain runs the same kernels as plain: a text of its own would
-                # make its types' ratios a comparison of texts
-                ref = PLAIN if name == NAME else _plain_of(name, methods)
+                ref = _plain_of(name, methods)
                 if name != ref and params.greedy:  # sampled outputs differ run to run
                     for c in (cat, "all"):
                         identical[(name, c)][0] += now[name].tokens == now[ref].tokens
