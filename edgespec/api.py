@@ -133,8 +133,9 @@ class EdgeSpec:
                 max_draft = self.plan.max_draft or max_draft
             if self.plan is not None and self.plan.budget is not None:
                 opts = self.plan.backend_options()
-            if device != "cpu" or ep_options:  # the drafter model runs where the target runs
-                opts = {**opts, "device": device, "ep_options": ep_options}
+        if device != "cpu" or ep_options:  # the drafter model runs where the target runs
+            opts = {**opts, "device": device, "ep_options": ep_options}
+        if not isinstance(model, Backend):
             self.backend = open_backend(path, n_ctx=n_ctx, threads=threads, **opts)
         if self.backend.vocab_map is not None:
             self.backend.close()

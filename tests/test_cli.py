@@ -148,6 +148,37 @@ def test_bench_replays_text_only_drafters_on_plains_own_output(smollm2_path, tmp
     assert "hybrids against the best single drafter" in r.stdout
 
 
+@pytest.mark.real_model
+def test_bench_decodes_plain_and_every_drafter_on_one_context_and_peers_against_their_own_plain(
+        smollm2_path, monkeypatch):
+    """Two llama.cpp contexts of one model decode a few percent apart for a whole run, so
+    plain and edgespec's drafters share one; llama-cpp-python's own generation runs in its
+    own context, and its prompt lookup is compared with its own plain."""
+    from rich.console import Console
+
+    from edgespec.bench import run
+    from edgespec.bench.common import load_prompts
+
+    opened = []
+    real_open = run.open_backend
+
+    def counting_open(*args, **kwargs):
+        opened.append(args[0])
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(run, "open_backend", counting_open)
+    rows = run.run_bench(str(smollm2_path), load_prompts("shipped", 1), ["lookup", "auto"], 16, 2048, 2, 8, True,
+                         Console(stderr=True))
+    assert len(opened) == 1  # plain, lookup and auto: one backend
+    by = {(r["drafter"], r["category"]): r for r in rows}
+    theirs, their_lookup = by[("llama-cpp-python", "all")], by[("llama-cpp-python-lookup", "all")]
+    assert their_lookup["ratio_to_plain"] == pytest.approx(
+        their_lookup["tokens_per_s"] / theirs["tokens_per_s"], abs=0.002)
+    assert theirs["ratio_to_plain"] == pytest.approx(
+        theirs["tokens_per_s"] / by[("plain", "all")]["tokens_per_s"], abs=0.002)
+    assert by[("plain", "all")]["overhead_ms_per_token"] is not None  # edgespec's own engine, drafting nothing
+
+
 def test_bench_refuses_a_temperature_where_it_cannot_measure_one():
     assert_one_line_error(edgespec("bench", "-m", "smollm2-135m", "--temperature", "0.7", "--uag"),
                           "--temperature is measured on the CPU rows only")

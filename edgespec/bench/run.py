@@ -1,6 +1,11 @@
-"""`edgespec bench`: plain llama.cpp, its own prompt lookup, and edgespec's drafters,
-side by side on the same prompts in one process, interleaved prompt by prompt in an
-order that turns, so machine noise falls on all of them alike.
+"""`edgespec bench`: plain llama.cpp, edgespec's drafters and peers, side by side on the
+same prompts in one process, interleaved prompt by prompt in an order that turns, so
+machine noise falls on all of them alike.
+
+Plain decoding and every drafter of a runtime and device share one backend (one context):
+two contexts of the same model in one process decode at speeds a few percent apart, for
+the whole run, which would pass for a drafter's gain or loss. A peer runs in its own
+context or process and is compared with its own plain row.
 
 Every method is timed the same way: a stream, clocked from its first token to its
 last, so prefill is excluded everywhere and tokens/s is decoding speed.
@@ -33,10 +38,13 @@ from edgespec.models.export_check import read_manifest
 from edgespec.models.store import model_file, resolve
 from edgespec.spec import calibration
 from edgespec.spec.cpu_load import OtherLoad, contends
+from edgespec.runtimes import open_backend
+from edgespec.spec.backend import Backend
 from edgespec.spec.drafter import drafter_backends
 from edgespec.spec.verifier import SamplingParams
 
 PLAIN = "plain"
+LCP = "llama-cpp-python"
 PEER = "llama-cpp-python-lookup"
 
 
@@ -78,9 +86,13 @@ class _LlamaCppPython:
 
 
 class _Edgespec:
-    def __init__(self, path: Path, drafter: str, ctx: int, threads: int, max_draft: int, device: str = "cpu",
-                 draft_min: int = 0, params: SamplingParams = SamplingParams()) -> None:
-        self.llm = EdgeSpec(str(path), drafter=drafter, n_ctx=ctx, threads=threads, max_draft=max_draft, device=device)
+    """edgespec's engine with one drafter ("none": plain decoding), on a model file or on
+    a backend shared with the other methods of its runtime."""
+
+    def __init__(self, source: Path | Backend, drafter: str, ctx: int, threads: int, max_draft: int,
+                 device: str = "cpu", draft_min: int = 0, params: SamplingParams = SamplingParams()) -> None:
+        model = source if isinstance(source, Backend) else str(source)
+        self.llm = EdgeSpec(model, drafter=drafter, n_ctx=ctx, threads=threads, max_draft=max_draft, device=device)
         self.llm.engine.controller.min_k = draft_min
         self.params = params
 
@@ -130,10 +142,13 @@ def _start_servers(model_path: Path, draft_models: dict[str, Path], ctx: int, th
 def _plain_of(name: str, methods: dict) -> str:
     """The row a method is compared with: its own runtime's or device's plain row
     (gpu:plain for gpu:lookup, onnx:plain for onnx:auto), else llama.cpp's plain.
-    llama-server's types compare with its plain, and that with plain: it runs the same
-    kernels, so a text of its own would make its types' ratios a comparison of texts."""
+    A peer's speculation compares with the peer's own plain (another context or process),
+    and that with plain: it runs the same kernels, so a text of its own would make its
+    types' ratios a comparison of texts."""
     if name.startswith(NAME + ":"):
         return NAME
+    if name == PEER:
+        return LCP
     own = f"{name.split(':')[0]}:plain"
     return own if ":" in name and own in methods else PLAIN
 
@@ -213,18 +228,23 @@ def _run_bench(
     init_backend(others[0] if others else "cpu")  # before anything starts llama.cpp's devices
     on_device: dict[str, _Edgespec] = {}
     on_onnx: dict[str, _Edgespec] = {}
-    with console.status(f"loading {model} for {2 + len(drafters)} methods…"):
-        es = {d: _Edgespec(path, d, ctx, threads, max_draft, draft_min=draft_min, params=params) for d in drafters}
-        tmpl = next(iter(es.values())).llm if es else _Edgespec(path, "none", ctx, threads, max_draft, params=params).llm
+    with console.status(f"loading {model} for {1 + len(drafters) + 2 * peer} methods…"):
+        shared = open_backend(path, n_ctx=ctx, threads=threads)
+        plain, *rest = [_Edgespec(shared, d, ctx, threads, max_draft, draft_min=draft_min, params=params)
+                        for d in ["none", *drafters]]
+        es = dict(zip(drafters, rest))
+        tmpl = plain.llm
         eog = tmpl.tokenizer.is_eog
-        methods[PLAIN] = _LlamaCppPython(path, ctx, threads, lookup=False, is_eog=eog, params=params).run
+        methods[PLAIN] = plain.run
         if peer:
+            methods[LCP] = _LlamaCppPython(path, ctx, threads, lookup=False, is_eog=eog, params=params).run
             methods[PEER] = _LlamaCppPython(path, ctx, threads, lookup=True, is_eog=eog, params=params).run
         for d, m in es.items():
             methods[_label(d)] = m.run
         for prefix, export in _onnx_prefixes(onnx).items():
+            shared = open_backend(export, n_ctx=ctx, threads=threads)
             for d in ["none", *drafters]:
-                o = _Edgespec(export, d, ctx, threads, max_draft, draft_min=draft_min, params=params)
+                o = _Edgespec(shared, d, ctx, threads, max_draft, draft_min=draft_min, params=params)
                 if o.llm.tokenizer.n_vocab != tmpl.tokenizer.n_vocab:
                     raise EdgespecError(f"{export} has another vocabulary than {model}: export the same model")
                 on_onnx[f"{prefix}:{'plain' if d == 'none' else d}"] = o
@@ -257,13 +277,12 @@ def _run_bench(
     # shaders on the CPU, in threads that would run through the CPU's calibration
     for dev in others:
         with console.status(f"loading {model} on --device {dev}…"):
+            shared = open_backend(path, n_ctx=ctx, threads=threads, device=dev)
+            if shared.device == "CPU":  # a CPU fallback would only repeat the CPU's rows
+                raise EdgespecError(f"--device {dev}: {shared.notice}")
+            console.print(f"{dev}: {shared.device}" + (f" ({shared.notice})" if shared.notice else ""), highlight=False)
             for d in ["none", *drafters]:
-                g = _Edgespec(path, d, ctx, threads, max_draft, device=dev, draft_min=draft_min, params=params)
-                if g.llm.backend.device == "CPU":  # a CPU fallback would only repeat the CPU's rows
-                    raise EdgespecError(f"--device {dev}: {g.llm.backend.notice}")
-                if d == "none":
-                    console.print(f"{dev}: {g.llm.backend.device}"
-                                  + (f" ({g.llm.backend.notice})" if g.llm.backend.notice else ""), highlight=False)
+                g = _Edgespec(shared, d, ctx, threads, max_draft, device=dev, draft_min=draft_min, params=params)
                 on_device[f"{dev}:{'plain' if d == 'none' else d}"] = g
                 methods[f"{dev}:{'plain' if d == 'none' else d}"] = g.run
         for name, g in on_device.items():
@@ -354,7 +373,7 @@ def _run_bench(
                 "tokens_per_s": round(tps, 3),
                 "acceptance_rate": round(acc / drafted, 4) if drafted else None,
                 "ratio_to_plain": round(tps / base_tps, 3) if base_tps else None,
-                "overhead_ms_per_token": round(over, 4) if name not in (PLAIN, PEER) and not name.startswith(("hf:", "llama-server"))
+                "overhead_ms_per_token": round(over, 4) if name not in (LCP, PEER) and not name.startswith(("hf:", "llama-server"))
                 else None,
                 "tokens": toks,
                 "mean_accepted": round((steps + acc) / steps, 3) if steps else None,
@@ -415,7 +434,7 @@ def _against_best_peer(rows: list[dict]) -> None:
     for r in rows:
         name = r["drafter"]
         # measured edgespec rows only: a replay or the oracle is priced, not run against the peer
-        mine = r["ratio_to_plain"] and name not in (PLAIN, PEER) and not name.startswith((NAME, "hf:", ORACLE, REPLAY))
+        mine = r["ratio_to_plain"] and name not in (PLAIN, LCP, PEER) and not name.startswith((NAME, "hf:", ORACLE, REPLAY))
         if mine and r["category"] in best:
             r["x_best_peer"] = round(r["ratio_to_plain"] / best[r["category"]], 3)
 

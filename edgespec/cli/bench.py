@@ -34,7 +34,8 @@ def bench(
     ctx: int = CtxOpt,
     threads: Optional[int] = ThreadsOpt,
     max_draft: int = MaxDraftOpt,
-    peer: bool = typer.Option(True, "--peer/--no-peer", help="Include llama-cpp-python's own prompt lookup."),
+    peer: bool = typer.Option(True, "--peer/--no-peer", help="Include llama-cpp-python's own generation, plain and "
+                              "with its prompt lookup (rows llama-cpp-python, llama-cpp-python-lookup)."),
     peers: str = typer.Option("", "--peers", help="llama-server: also run llama.cpp's server (built by "
                               "./install.sh --dev) plain and with each of its speculation types, as rows llama-server:*."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N prompts of each category."),
