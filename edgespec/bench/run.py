@@ -36,10 +36,10 @@ from edgespec.errors import EdgespecError
 from edgespec.memory.planner import uses_model
 from edgespec.models.export_check import read_manifest
 from edgespec.models.store import model_file, resolve
-from edgespec.spec import calibration
-from edgespec.spec.cpu_load import OtherLoad, contends
 from edgespec.runtimes import open_backend
+from edgespec.spec import calibration
 from edgespec.spec.backend import Backend
+from edgespec.spec.cpu_load import OtherLoad, contends
 from edgespec.spec.drafter import drafter_backends
 from edgespec.spec.verifier import SamplingParams
 
