@@ -86,13 +86,12 @@ class _LlamaCppPython:
 
 
 class _Edgespec:
-    """edgespec's engine with one drafter ("none": plain decoding), on a model file or on
-    a backend shared with the other methods of its runtime."""
+    """edgespec's engine with one drafter ("none": plain decoding), on a backend shared
+    with the other methods of its runtime and device (`_on_one_backend`)."""
 
-    def __init__(self, source: Path | Backend, drafter: str, ctx: int, threads: int, max_draft: int,
+    def __init__(self, backend: Backend, drafter: str, ctx: int, threads: int, max_draft: int,
                  device: str = "cpu", draft_min: int = 0, params: SamplingParams = SamplingParams()) -> None:
-        model = source if isinstance(source, Backend) else str(source)
-        self.llm = EdgeSpec(model, drafter=drafter, n_ctx=ctx, threads=threads, max_draft=max_draft, device=device)
+        self.llm = EdgeSpec(backend, drafter=drafter, n_ctx=ctx, threads=threads, max_draft=max_draft, device=device)
         self.llm.engine.controller.min_k = draft_min
         self.params = params
 
@@ -137,6 +136,14 @@ def _start_servers(model_path: Path, draft_models: dict[str, Path], ctx: int, th
         servers.append(server)
         methods[name] = _Peer(server, is_eog).run
     return methods
+
+
+def _on_one_backend(backend: Backend, drafters: list[str], ctx: int, threads: int, max_draft: int, draft_min: int,
+                    params: SamplingParams, device: str = "cpu") -> dict[str, _Edgespec]:
+    """Plain decoding (key "plain") and each drafter (its name) as methods on one backend:
+    two contexts of one model decode a few percent apart, which would pass for a drafter's effect."""
+    return {PLAIN if d == "none" else d: _Edgespec(backend, d, ctx, threads, max_draft, device, draft_min, params)
+            for d in ["none", *drafters]}
 
 
 def _plain_of(name: str, methods: dict) -> str:
@@ -229,10 +236,9 @@ def _run_bench(
     on_device: dict[str, _Edgespec] = {}
     on_onnx: dict[str, _Edgespec] = {}
     with console.status(f"loading {model} for {1 + len(drafters) + 2 * peer} methods…"):
-        shared = open_backend(path, n_ctx=ctx, threads=threads)
-        plain, *rest = [_Edgespec(shared, d, ctx, threads, max_draft, draft_min=draft_min, params=params)
-                        for d in ["none", *drafters]]
-        es = dict(zip(drafters, rest))
+        es = _on_one_backend(open_backend(path, n_ctx=ctx, threads=threads), drafters, ctx, threads, max_draft,
+                             draft_min, params)
+        plain = es.pop(PLAIN)
         tmpl = plain.llm
         eog = tmpl.tokenizer.is_eog
         methods[PLAIN] = plain.run
@@ -243,12 +249,12 @@ def _run_bench(
             methods[_label(d)] = m.run
         for prefix, export in _onnx_prefixes(onnx).items():
             shared = open_backend(export, n_ctx=ctx, threads=threads)
-            for d in ["none", *drafters]:
-                o = _Edgespec(shared, d, ctx, threads, max_draft, draft_min=draft_min, params=params)
-                if o.llm.tokenizer.n_vocab != tmpl.tokenizer.n_vocab:
-                    raise EdgespecError(f"{export} has another vocabulary than {model}: export the same model")
-                on_onnx[f"{prefix}:{'plain' if d == 'none' else d}"] = o
-                methods[f"{prefix}:{'plain' if d == 'none' else d}"] = o.run
+            on_export = _on_one_backend(shared, drafters, ctx, threads, max_draft, draft_min, params)  # refuses a trimmed one
+            if shared.tokenizer.n_vocab != tmpl.tokenizer.n_vocab:
+                raise EdgespecError(f"{export} has another vocabulary than {model}: export the same model")
+            for name, o in on_export.items():
+                on_onnx[f"{prefix}:{name}"] = o
+                methods[f"{prefix}:{name}"] = o.run
     if peers:
         same_vocab = {label: model_file(drafter_paths[d]) for label, d in models.items()
                       if drafter_backends(es[d].llm.drafter)[0].tokenizer.n_vocab == tmpl.tokenizer.n_vocab}
@@ -281,10 +287,9 @@ def _run_bench(
             if shared.device == "CPU":  # a CPU fallback would only repeat the CPU's rows
                 raise EdgespecError(f"--device {dev}: {shared.notice}")
             console.print(f"{dev}: {shared.device}" + (f" ({shared.notice})" if shared.notice else ""), highlight=False)
-            for d in ["none", *drafters]:
-                g = _Edgespec(shared, d, ctx, threads, max_draft, device=dev, draft_min=draft_min, params=params)
-                on_device[f"{dev}:{'plain' if d == 'none' else d}"] = g
-                methods[f"{dev}:{'plain' if d == 'none' else d}"] = g.run
+            for name, g in _on_one_backend(shared, drafters, ctx, threads, max_draft, draft_min, params, dev).items():
+                on_device[f"{dev}:{name}"] = g
+                methods[f"{dev}:{name}"] = g.run
         for name, g in on_device.items():
             if name.startswith(dev + ":"):
                 g.run(warm, 8)
