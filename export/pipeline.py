@@ -236,7 +236,7 @@ def run_export(plan: ExportPlan, quiet: bool = False, loaded: Loaded | None = No
         if reference is not None:
             with stages.stage("validating against the source"):
                 ids, expected = reference
-                got, decode_ms = export_logits(result, ids, plan.threads, trim, decode_steps=16)
+                got, decode_ms = export_logits(result, ids, plan.threads, trim, decode_steps=32)
                 validation = {**compare(expected, got, ids, trim), "decode_ms": decode_ms}
         manifest = {
             "source": str(source.path.resolve()),

@@ -27,6 +27,11 @@ def source_logits(model, ids: list[int]) -> np.ndarray:
     return out.logits[0].float().numpy()
 
 
+# untimed one-token steps first: the first ones after the text's batch still build the
+# one-token graph and fault in its buffers
+WARM_STEPS = 4
+
+
 def export_logits(path: Path, ids: list[int], threads: int | None = None, trim: dict | None = None,
                   decode_steps: int = 0) -> tuple[np.ndarray, float | None]:
     """The same through the backend that will run the export (llama.cpp or ONNX Runtime),
@@ -37,13 +42,15 @@ def export_logits(path: Path, ids: list[int], threads: int | None = None, trim: 
     back into the full vocabulary (the rest at -inf) so both compare column by column.
     """
     feed = list(ids) if trim is None else to_trimmed(ids, trim)
-    with open_backend(path, n_ctx=len(ids) + decode_steps + 16, threads=threads) as b:
+    with open_backend(path, n_ctx=len(ids) + WARM_STEPS + decode_steps + 16, threads=threads) as b:
         logits = np.array(b.eval(feed), dtype=np.float32)
         steps = []
-        for t in feed[:decode_steps]:
+        room = b.n_ctx - len(feed)  # a small model's context may end soon after the text
+        for i, t in enumerate(feed[: min(WARM_STEPS + decode_steps, room)] if decode_steps else []):
             start = time.perf_counter()
             b.eval([t])
-            steps.append(time.perf_counter() - start)
+            if i >= WARM_STEPS:
+                steps.append(time.perf_counter() - start)
     if trim is not None:
         logits = expand_logits(logits, trim)
     return logits, (float(np.median(steps)) * 1000 if steps else None)

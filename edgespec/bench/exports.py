@@ -3,8 +3,8 @@
     python3 -m edgespec.bench.exports smollm2-135m qwen2.5-coder-0.5b --out exports/ --json exports.json
 
 Each source is loaded once; each format is a full `edgespec export` run (manifest and
-validation included), kept under `--out`. ms/token is the median of 16 one-token decode
-steps after the validation text, in the export's own runtime. `--json` keeps the rows
+validation included), kept under `--out`. ms/token is the median of 32 one-token decode
+steps after the validation text (and 4 untimed ones), in the export's own runtime. `--json` keeps the rows
 with the machine and the command, as a bench record: `edgespec bench --markdown FILE`
 prints the table, and the docs' copy is regenerated from it.
 """
