@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -178,6 +179,12 @@ class CostModel:
     def predict(self, n: int) -> float:
         return self._t[n] * math.exp(self._speed + self._adj.get(n, 0.0))
 
+    def _seconds(self, sizes: Sequence[int]) -> np.ndarray:
+        """predict() of each size, at once: the curve is read several times every step."""
+        t = np.fromiter((self._t[n] for n in sizes), float)
+        adj = np.fromiter((self._adj.get(n, 0.0) for n in sizes), float)
+        return t * np.exp(self._speed + adj)
+
     def observe(self, n: int, seconds: float) -> None:
         self._cache = self._optimistic = None
         if n not in self._t:  # a new size joins the curve at the current speed, once seen enough
@@ -245,7 +252,7 @@ class CostModel:
     @property
     def complete(self) -> bool:
         """Every size up to max_n is measured: nothing is priced by the prior."""
-        return all(n in self._t for n in range(1, self.max_n + 1))
+        return len(self._t) >= self.max_n and all(n in self._t for n in range(1, self.max_n + 1))
 
     def costs(self) -> np.ndarray:
         """cost[n] for n = 0..max_n (cost[0] unused), interpolated between measured sizes."""
@@ -255,6 +262,8 @@ class CostModel:
 
     def optimistic_costs(self) -> np.ndarray:
         """costs(), with every unmeasured size priced at `OPTIMISTIC_ROW` per extra row."""
+        if self._optimistic is None and self.complete:  # nothing unmeasured to be optimistic about
+            self._optimistic = self.costs()
         if self._optimistic is None:
             self._optimistic = self._interpolate(np.maximum(0, np.arange(self.max_n + 1) - 1) * OPTIMISTIC_ROW + 1.0)
         return self._optimistic
@@ -266,7 +275,10 @@ class CostModel:
         cost, the prior alone (in units of one token)."""
         if not self.calibrated:
             return prior
-        measured = {n: self.predict(n) for n in sorted(self._t)}
+        if self.complete:  # every size measured (the usual case): nothing to interpolate
+            out = self._seconds(range(1, self.max_n + 1))
+            return np.concatenate([out[:1], out])
+        measured = dict(zip(sorted(self._t), self._seconds(sorted(self._t))))
         one = measured[1]
         out = np.zeros(self.max_n + 1)
         below = 1
@@ -350,8 +362,10 @@ class DraftController:
         j + 1, plus, for a model drafter, its catch-up and each drafted token
         (j = 0 asks nothing of the drafter)."""
         batch = self.cost.optimistic_costs() if optimistic else self.cost.costs()
-        c = batch[1 : k_max + 2] + per_token_seconds * np.arange(k_max + 1)
-        c[1:] += draft_seconds
+        c = batch[1 : k_max + 2].copy()
+        if per_token_seconds or draft_seconds:  # a model drafter's own time
+            c += per_token_seconds * np.arange(k_max + 1)
+            c[1:] += draft_seconds
         return c
 
     def choose(self, key: str, available: int, draft_seconds: float = 0.0, per_token_seconds: float = 0.0,
