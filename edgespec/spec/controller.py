@@ -278,7 +278,8 @@ class CostModel:
         if self.complete:  # every size measured (the usual case): nothing to interpolate
             out = self._seconds(range(1, self.max_n + 1))
             return np.concatenate([out[:1], out])
-        measured = dict(zip(sorted(self._t), self._seconds(sorted(self._t))))
+        sizes = sorted(self._t)
+        measured = dict(zip(sizes, self._seconds(sizes)))
         one = measured[1]
         out = np.zeros(self.max_n + 1)
         below = 1
