@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import pytest
 
 from edgespec.runtimes.reference import ByteTokenizer, ReferenceBackend, ReferenceModel
+from edgespec.spec import calibration
 from edgespec.spec.backend import Backend
 from edgespec.spec.controller import DraftController
 
@@ -76,6 +81,23 @@ def smollm2_path():
 # -- tiers: `pytest -m "not real_model and not export and not gpu and not slow"` is the fast one --
 
 FILE_MARKS = {"test_export.py": "export", "test_vulkan.py": "gpu", "test_devices.py": "gpu"}
+
+
+def pytest_configure(config):
+    """What the tests measure and learn (batch-cost curves, acceptance, drafter steps) is kept
+    in a folder of the run's own, removed at its end: the curves of the many models tests
+    build in temporary folders would otherwise pile up in the user's cache, and a test would
+    start from whatever earlier runs on the machine left there."""
+    if calibration.CALIBRATION_ENV not in os.environ:
+        config.edgespec_calibration = Path(tempfile.mkdtemp(prefix="edgespec-test-calibration-"))
+        os.environ[calibration.CALIBRATION_ENV] = str(config.edgespec_calibration)
+
+
+def pytest_unconfigure(config):
+    own = getattr(config, "edgespec_calibration", None)
+    if own is not None:
+        os.environ.pop(calibration.CALIBRATION_ENV, None)
+        shutil.rmtree(own, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -198,9 +198,10 @@ def test_bench_sets_edgespec_against_llama_servers_own_speculation(smollm2_path,
         if os.environ.get("CI"):
             pytest.fail(f"CI must run the llama-server peer: {why}")
         pytest.skip(why)
-    out = tmp_path / "rows.json"
+    out, scratch = tmp_path / "rows.json", tmp_path / "tmp"
+    scratch.mkdir()
     r = edgespec("bench", "-m", str(smollm2_path), "--drafters", "lookup", "--no-peer", "--peers", "llama-server",
-                 "-n", "32", "--limit", "1", "--json", str(out))
+                 "-n", "32", "--limit", "1", "--json", str(out), env={**os.environ, "TMPDIR": str(scratch)})
     assert r.returncode == 0, r.stderr
     rows = {(row["drafter"], row["category"]): row for row in json.loads(out.read_text())["rows"]}
     for name in ["llama-server", *(f"llama-server:{t}" for t in llama_server.SPEC_TYPES)]:
@@ -219,6 +220,10 @@ def test_bench_sets_edgespec_against_llama_servers_own_speculation(smollm2_path,
     # the servers' decoding is the bench's own work, not another program's load on its cores
     assert own_plain["other_cores"] is None or own_plain["other_cores"] < 0.9
     assert not [p for p in psutil_children_named("llama-server")]  # every server was stopped
+    assert not list(scratch.iterdir())  # and its log removed
+    # the record says how each server ran, with the model by its file name
+    assert mod["server_command"].startswith(f"llama-server -m {smollm2_path.name} -c ")
+    assert mod["server_command"].endswith("--spec-type ngram-mod")
 
 
 def psutil_children_named(name):

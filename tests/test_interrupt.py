@@ -124,7 +124,7 @@ def test_ctrl_c_that_a_native_module_turned_into_its_own_error_still_reads_inter
 
 
 @pytest.mark.real_model
-def test_ctrl_c_during_a_bench_with_llama_server_stops_every_server(smollm2_path):
+def test_ctrl_c_during_a_bench_with_llama_server_stops_every_server(smollm2_path, tmp_path):
     import psutil
 
     from edgespec.bench import llama_server
@@ -135,7 +135,8 @@ def test_ctrl_c_during_a_bench_with_llama_server_stops_every_server(smollm2_path
         pytest.skip("no llama-server built here")
     p = subprocess.Popen([sys.executable, "-m", "edgespec", "bench", "-m", str(smollm2_path), "--drafters", "lookup",
                           "--no-peer", "--peers", "llama-server", "-n", "64"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                         env={**os.environ, "TMPDIR": str(tmp_path)})
     bench = psutil.Process(p.pid)
 
     def servers():
@@ -146,3 +147,4 @@ def test_ctrl_c_during_a_bench_with_llama_server_stops_every_server(smollm2_path
     assert_interrupted(p)
     gone, alive = psutil.wait_procs(started, timeout=5)
     assert not alive
+    assert not list(tmp_path.iterdir())  # nor any server's log left behind

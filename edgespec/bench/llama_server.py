@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -65,19 +67,29 @@ def _free_port() -> int:
 class LlamaServer:
     """One llama-server process on loopback; `run(ids, max_tokens)` decodes greedily."""
 
-    def __init__(self, exe: Path, model: Path, ctx: int, threads: int, spec: list[str], log: Path,
-                 flash_attn: bool = False) -> None:
-        self.port = _free_port()
-        self.log = log
-        args = [str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port), "-c", str(ctx),
-                "-t", str(threads), "-tb", str(threads), "-np", "1", "--no-webui",
-                "-fa", "on" if flash_attn else "off", *spec]
+    def __init__(self, exe: Path, model: Path, ctx: int, threads: int, spec: list[str],
+                 flash_attn: bool = False, label: str = NAME) -> None:
+        self.label, self.port = label, _free_port()
+        # its output, for the last line an error quotes; removed when it stops
+        fd, log = tempfile.mkstemp(prefix="edgespec-llama-server-", suffix=".log")
+        os.close(fd)
+        self.log = Path(log)
+        run = ["-c", str(ctx), "-t", str(threads), "-tb", str(threads), "-np", "1", "--no-webui",
+               "-fa", "on" if flash_attn else "off", *spec]
         if "-md" in spec:  # the drafter on the same threads
-            args += ["-td", str(threads), "-tbd", str(threads)]
-        with open(log, "wb") as out:
-            # its own session: a Ctrl-C reaches the bench alone, whose cleanup stops the server
-            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+            run += ["-td", str(threads), "-tbd", str(threads)]
+        args = [str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(self.port), *run]
+        # how it ran, for a record: model files by name, without this run's loopback port
+        drafter = spec[spec.index("-md") + 1] if "-md" in spec else None
+        self.command = shlex.join([NAME, "-m", model.name, *(Path(a).name if a == drafter else a for a in run)])
+        try:
+            with open(log, "wb") as out:
+                # its own session: a Ctrl-C reaches the bench alone, whose cleanup stops the server
+                self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                             start_new_session=True)
+        except OSError:
+            self.log.unlink(missing_ok=True)
+            raise
         try:
             self._wait_ready()
         except BaseException:  # Ctrl-C or a failed start: the caller never gets it to stop
@@ -125,6 +137,7 @@ class LlamaServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.log.unlink(missing_ok=True)
 
 
 def decode_timing(answer: dict, is_eog: Callable[[int], bool]) -> tuple[list[int], float, int, int]:

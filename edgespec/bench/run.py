@@ -14,7 +14,6 @@ last, so prefill is excluded everywhere and tokens/s is decoding speed.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections import defaultdict
 from importlib.util import find_spec
 from pathlib import Path
@@ -127,12 +126,10 @@ def _start_servers(model_path: Path, draft_models: dict[str, Path], ctx: int, th
     if exe is None:
         raise EdgespecError("--peers llama-server: no llama-server is built on this machine "
                             "(./install.sh --dev builds it; or set EDGESPEC_LLAMA_SERVER to one)")
-    logs = Path(tempfile.mkdtemp(prefix="edgespec-llama-server-"))
     methods: dict[str, Callable] = {}
     for name, spec in llama_server.configurations(draft_models).items():
         with console.status(f"starting {name}…"):
-            server = llama_server.LlamaServer(exe, model_path, ctx, threads, spec,
-                                              logs / f"{name.replace(':', '-')}.log", flash_attn)
+            server = llama_server.LlamaServer(exe, model_path, ctx, threads, spec, flash_attn, label=name)
         servers.append(server)
         methods[name] = _Peer(server, is_eog).run
     return methods
@@ -395,7 +392,10 @@ def _run_bench(
     _against_best_peer(rows)
     compared = against_best_member(runs, cats)
     spread = against_plain(runs, cats, lambda name: _plain_of(name, methods))
+    server_commands = {s.label: s.command for s in servers or ()}
     for r in rows:
+        if r["category"] == "all" and r["drafter"] in server_commands:
+            r["server_command"] = server_commands[r["drafter"]]
         if (r["drafter"], r["category"]) in spread:
             r["x_plain_interval"] = spread[(r["drafter"], r["category"])]
         r["other_cores"] = other_cores

@@ -28,10 +28,13 @@ from edgespec.spec.controller import CostModel, acceptance_counts
 CURVE_FORMAT = 2
 DRAFTER_STEP = "drafter-step|"  # prefixes a drafter backend's cost key for its step cost
 MIN_STEPS = 16  # drafted tokens before a drafter's mean cost is worth keeping
+CALIBRATION_ENV = "EDGESPEC_CALIBRATION"
 
 
 def _dir() -> Path:
-    return Path(platformdirs.user_cache_dir("edgespec")) / "calibration"
+    """Where measurements are kept: $EDGESPEC_CALIBRATION, else the user's cache dir."""
+    env = os.environ.get(CALIBRATION_ENV)
+    return Path(env) if env else Path(platformdirs.user_cache_dir("edgespec")) / "calibration"
 
 
 def _path(key: str) -> Path:
