@@ -17,7 +17,7 @@ import os
 from collections import defaultdict
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -206,96 +206,152 @@ def _run_bench(
     drafters sample their drafts). `peers`: "llama-server" adds llama.cpp's server, plain and
     with each of its speculation types (and each same-vocabulary model drafter as `-md`),
     rows `llama-server`, `llama-server:ngram-mod`, ... compared with llama-server's plain."""
-    from edgespec.runtimes.llamacpp import default_threads
+    from edgespec.runtimes.llamacpp import default_threads, init_backend
 
-    if "none" in drafters:
-        raise EdgespecError("plain decoding is always in the bench; 'none' is not a drafter")
-    drafter_paths = {d: check_drafter(d) for d in drafters}  # an unknown drafter is refused before any loading
+    drafter_paths = _checked(drafters, peers, params, uag)
     models = {_label(d.removeprefix(HYBRID)): d for d in drafters if uses_model(d)}  # their label: a drafter
-    unknown = [p for p in peers if p != "llama-server"]
-    if unknown:
-        raise EdgespecError(f"unknown peer {unknown[0]!r}: the bench knows llama-server")
-    if peers and not params.greedy:
-        raise EdgespecError("--peers runs greedy decoding only (no --temperature)")
-    if uag:
-        if not models:
-            raise EdgespecError("--uag runs transformers' assisted generation with a model drafter: name one in --drafters")
-        missing = [m for m in ("torch", "transformers") if find_spec(m) is None]
-        if missing:
-            raise EdgespecError(f"--uag needs the export extras ({missing[0]} is missing): pip install 'edgespec[export]'")
     threads = threads or default_threads()
     path = resolve(model)
-    methods: dict[str, Callable[[list[int], int], Run]] = {}
-    from edgespec.runtimes.llamacpp import init_backend
-
+    servers = servers if servers is not None else []
     others = [d for d in (devices or ["cpu"]) if d != "cpu"]
     init_backend(others[0] if others else "cpu")  # before anything starts llama.cpp's devices
-    on_device: dict[str, _Edgespec] = {}
-    on_onnx: dict[str, _Edgespec] = {}
+    setup = _Setup(drafters, ctx, threads, max_draft, draft_min, params)
     with console.status(f"loading {model} for {1 + len(drafters) + 2 * peer} methods…"):
-        es = _on_one_backend(open_backend(path, n_ctx=ctx, threads=threads), drafters, ctx, threads, max_draft,
-                             draft_min, params)
-        plain = es.pop(PLAIN)
-        tmpl = plain.llm
-        eog = tmpl.tokenizer.is_eog
-        methods[PLAIN] = plain.run
-        if peer:
-            methods[LCP] = _LlamaCppPython(path, ctx, threads, lookup=False, is_eog=eog, params=params).run
-            methods[PEER] = _LlamaCppPython(path, ctx, threads, lookup=True, is_eog=eog, params=params).run
-        for d, m in es.items():
-            methods[_label(d)] = m.run
-        for prefix, export in _onnx_prefixes(onnx).items():
-            shared = open_backend(export, n_ctx=ctx, threads=threads)
-            on_export = _on_one_backend(shared, drafters, ctx, threads, max_draft, draft_min, params)  # refuses a trimmed one
-            if shared.tokenizer.n_vocab != tmpl.tokenizer.n_vocab:
-                raise EdgespecError(f"{export} has another vocabulary than {model}: export the same model")
-            for name, o in on_export.items():
-                on_onnx[f"{prefix}:{name}"] = o
-                methods[f"{prefix}:{name}"] = o.run
+        es, methods, tmpl = setup.on_cpu(path, model, peer, onnx)
     if peers:
         same_vocab = {label: model_file(drafter_paths[d]) for label, d in models.items()
                       if drafter_backends(es[d].llm.drafter)[0].tokenizer.n_vocab == tmpl.tokenizer.n_vocab}
-        methods.update(_start_servers(model_file(path), same_vocab, ctx, threads, tmpl.backend.flash_attn, eog,
-                                      servers if servers is not None else [], console))
+        methods.update(_start_servers(model_file(path), same_vocab, ctx, threads, tmpl.backend.flash_attn,
+                                      tmpl.tokenizer.is_eog, servers, console))
     if uag:
-        with console.status("loading the models in transformers (dequantized to float32)…"):
-            eog_ids = [t for t in range(tmpl.tokenizer.n_vocab) if tmpl.tokenizer.is_eog(t)]
-            texts = [t for p in prompts for t in ([p["prompt"]] if "prompt" in p else [m["content"] for m in p["messages"]])]
-            # each drafter model's llama.cpp tokenizer is the one its engine row already loaded
-            on_hf = [(label, model_file(drafter_paths[d]), drafter_backends(es[d].llm.drafter)[0].tokenizer)
-                     for label, d in models.items()]
-            hf, notices = hf_methods(model_file(path), tmpl.tokenizer, on_hf, eog_ids, threads, texts)
-        for n in notices:
-            console.print(f"[yellow]{n}[/]", highlight=False, soft_wrap=True)
-        methods.update({name: m.run for name, m in hf.items()})
-    encoded = [(p["category"], encode_prompt(p, tmpl)) for p in prompts]
-    too_long = [len(ids) for _, ids in encoded if len(ids) + max_tokens > ctx]
-    if too_long:
-        raise EdgespecError(f"a prompt of {too_long[0]} tokens plus {max_tokens} new ones exceeds --ctx {ctx}")
-
+        methods.update(_hf_rows(prompts, tmpl, models, drafter_paths, es, path, threads, console))
+    encoded = _encoded(prompts, tmpl, max_tokens, ctx)
     warm = encoded[0][1][:32]
     for run in methods.values():  # page in weights, allocate buffers
         run(warm, 8)
     # GPU methods load after the CPU's are timed: a software GPU (lavapipe) compiles its
     # shaders on the CPU, in threads that would run through the CPU's calibration
     for dev in others:
+        methods.update(setup.on_device(path, model, dev, warm, console))
+    load = OtherLoad(own=tuple(s.proc.pid for s in servers))  # the peers' decoding is the bench's own
+    runs, identical = _interleave(methods, encoded, max_tokens, params, console)
+    other_cores = _report_load(load, threads, console)
+    cats = list(dict.fromkeys(c for c, _ in encoded))
+    exports = list(dict.fromkeys(n.split(":")[0] for n in setup.on_onnx))
+    curves = _print_curves(es, {**setup.on_device_rows, **setup.on_onnx}, [*others, *exports], console)
+    costs = next(iter(es.values())).llm.engine.controller.cost.costs() if es else None
+    oracle = _oracle_times(encoded, runs, costs, cats, console) if es else {}
+    replayed = _replays(drafters, encoded, runs, es, path, max_draft, draft_min, costs) if es and params.greedy else {}
+    rows = _rows(methods, runs, identical, cats, oracle, replayed)
+    _annotate(rows, runs, methods, cats, other_cores, costs, curves, servers)
+    return rows
+
+
+class _Setup:
+    """Loads the methods of each runtime and device; remembers the ONNX and device engines,
+    whose batch-cost curves are printed after the runs."""
+
+    def __init__(self, drafters: list[str], ctx: int, threads: int, max_draft: int, draft_min: int,
+                 params: SamplingParams) -> None:
+        self.drafters, self.ctx, self.threads = drafters, ctx, threads
+        self.max_draft, self.draft_min, self.params = max_draft, draft_min, params
+        self.on_onnx: dict[str, _Edgespec] = {}
+        self.on_device_rows: dict[str, _Edgespec] = {}
+
+    def _engines(self, backend: Backend, device: str = "cpu") -> dict[str, _Edgespec]:
+        return _on_one_backend(backend, self.drafters, self.ctx, self.threads, self.max_draft, self.draft_min,
+                               self.params, device)
+
+    def on_cpu(self, path: Path, model: str, peer: bool,
+               onnx: str | None) -> tuple[dict[str, _Edgespec], dict[str, Callable], EdgeSpec]:
+        """The methods on the CPU: llama.cpp's plain and drafter rows, llama-cpp-python's with
+        `peer`, each ONNX export's. Also returns the drafters' engines by drafter, and plain's
+        engine, whose tokenizer and backend the others share."""
+        es = self._engines(open_backend(path, n_ctx=self.ctx, threads=self.threads))
+        plain = es.pop(PLAIN)
+        tmpl = plain.llm
+        eog = tmpl.tokenizer.is_eog
+        methods: dict[str, Callable] = {PLAIN: plain.run}
+        if peer:
+            methods[LCP] = _LlamaCppPython(path, self.ctx, self.threads, False, eog, self.params).run
+            methods[PEER] = _LlamaCppPython(path, self.ctx, self.threads, True, eog, self.params).run
+        methods.update({_label(d): m.run for d, m in es.items()})
+        for prefix, export in _onnx_prefixes(onnx).items():
+            shared = open_backend(export, n_ctx=self.ctx, threads=self.threads)
+            on_export = self._engines(shared)  # refuses a trimmed one
+            if shared.tokenizer.n_vocab != tmpl.tokenizer.n_vocab:
+                raise EdgespecError(f"{export} has another vocabulary than {model}: export the same model")
+            for name, o in on_export.items():
+                self.on_onnx[f"{prefix}:{name}"] = o
+                methods[f"{prefix}:{name}"] = o.run
+        return es, methods, tmpl
+
+    def on_device(self, path: Path, model: str, dev: str, warm: list[int], console: Console) -> dict[str, Callable]:
+        """The model on llama.cpp's `dev`: rows `dev:plain`, `dev:<drafter>`, warmed."""
         with console.status(f"loading {model} on --device {dev}…"):
-            shared = open_backend(path, n_ctx=ctx, threads=threads, device=dev)
+            shared = open_backend(path, n_ctx=self.ctx, threads=self.threads, device=dev)
             if shared.device == "CPU":  # a CPU fallback would only repeat the CPU's rows
                 raise EdgespecError(f"--device {dev}: {shared.notice}")
             console.print(f"{dev}: {shared.device}" + (f" ({shared.notice})" if shared.notice else ""), highlight=False)
-            for name, g in _on_one_backend(shared, drafters, ctx, threads, max_draft, draft_min, params, dev).items():
-                on_device[f"{dev}:{name}"] = g
-                methods[f"{dev}:{name}"] = g.run
-        for name, g in on_device.items():
-            if name.startswith(dev + ":"):
-                g.run(warm, 8)
+            rows = {f"{dev}:{name}": g for name, g in self._engines(shared, dev).items()}
+        self.on_device_rows.update(rows)
+        for g in rows.values():
+            g.run(warm, 8)
+        return {name: g.run for name, g in rows.items()}
 
-    load = OtherLoad(own=tuple(s.proc.pid for s in servers or ()))  # the peers' decoding is the bench's own
-    runs: dict[tuple[str, str], list[Run]] = defaultdict(list)
-    identical: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # (method, category) -> [same, runs]
+
+def _checked(drafters: list[str], peers: Sequence[str], params: SamplingParams, uag: bool) -> dict[str, Path | None]:
+    """Each drafter's model path (None for a model-free one); arguments the bench cannot run are refused
+    before anything loads."""
+    if "none" in drafters:
+        raise EdgespecError("plain decoding is always in the bench; 'none' is not a drafter")
+    drafter_paths = {d: check_drafter(d) for d in drafters}
+    unknown = [p for p in peers if p != "llama-server"]
+    if unknown:
+        raise EdgespecError(f"unknown peer {unknown[0]!r}: the bench knows llama-server")
+    if peers and not params.greedy:
+        raise EdgespecError("--peers runs greedy decoding only (no --temperature)")
+    if uag:
+        if not any(uses_model(d) for d in drafters):
+            raise EdgespecError("--uag runs transformers' assisted generation with a model drafter: name one in --drafters")
+        missing = [m for m in ("torch", "transformers") if find_spec(m) is None]
+        if missing:
+            raise EdgespecError(f"--uag needs the export extras ({missing[0]} is missing): pip install 'edgespec[export]'")
+    return drafter_paths
+
+
+def _hf_rows(prompts: list[dict], tmpl: EdgeSpec, models: dict[str, str], drafter_paths: dict, es: dict,
+             path: Path, threads: int, console: Console) -> dict[str, Callable]:
+    """transformers' plain greedy and its assisted generation with each model drafter."""
+    with console.status("loading the models in transformers (dequantized to float32)…"):
+        eog_ids = [t for t in range(tmpl.tokenizer.n_vocab) if tmpl.tokenizer.is_eog(t)]
+        texts = [t for p in prompts for t in ([p["prompt"]] if "prompt" in p else [m["content"] for m in p["messages"]])]
+        # each drafter model's llama.cpp tokenizer is the one its engine row already loaded
+        on_hf = [(label, model_file(drafter_paths[d]), drafter_backends(es[d].llm.drafter)[0].tokenizer)
+                 for label, d in models.items()]
+        hf, notices = hf_methods(model_file(path), tmpl.tokenizer, on_hf, eog_ids, threads, texts)
+    for n in notices:
+        console.print(f"[yellow]{n}[/]", highlight=False, soft_wrap=True)
+    return {name: m.run for name, m in hf.items()}
+
+
+def _encoded(prompts: list[dict], tmpl: EdgeSpec, max_tokens: int, ctx: int) -> list[tuple[str, list[int]]]:
+    """(category, prompt ids) of every prompt, each refused if its answer would not fit."""
+    encoded = [(p["category"], encode_prompt(p, tmpl)) for p in prompts]
+    too_long = [len(ids) for _, ids in encoded if len(ids) + max_tokens > ctx]
+    if too_long:
+        raise EdgespecError(f"a prompt of {too_long[0]} tokens plus {max_tokens} new ones exceeds --ctx {ctx}")
+    return encoded
+
+
+def _interleave(methods: dict[str, Callable], encoded: list[tuple[str, list[int]]], max_tokens: int,
+                params: SamplingParams, console: Console) -> tuple[dict, dict]:
+    """Every method on every prompt, prompt by prompt. Returns the runs by (method, category),
+    in prompt order, and for greedy decoding how many of them wrote their plain row's text."""
     from rich.progress import Progress
 
+    runs: dict[tuple[str, str], list[Run]] = defaultdict(list)
+    identical: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # (method, category) -> [same, runs]
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("bench", total=len(encoded) * len(methods))
         names = list(methods)
@@ -314,85 +370,110 @@ def _run_bench(
                     for c in (cat, "all"):
                         identical[(name, c)][0] += now[name].tokens == now[ref].tokens
                         identical[(name, c)][1] += 1
-    other_cores = _report_load(load, threads, console)
+    return runs, identical
 
-    rows = []
-    cats = list(dict.fromkeys(c for c, _ in encoded))
-    # the oracle replays each prompt's plain output once: [plain, oracle] time per category
+
+def _oracle_times(encoded: list[tuple[str, list[int]]], runs: dict, costs: Sequence[float], cats: list[str],
+                  console: Console) -> dict[str, list[float]]:
+    """[plain, oracle] seconds per category (and "all"), each prompt's plain output replayed
+    once at `costs`."""
     oracle: dict[str, list[float]] = {}
-    curves = _print_curves(es, {**on_device, **on_onnx}, [*others, *dict.fromkeys(n.split(":")[0] for n in on_onnx)],
-                           console)
-    if es:
-        costs = next(iter(es.values())).llm.engine.controller.cost.costs()
-        for cat in cats:
-            ids_of = [ids for c, ids in encoded if c == cat]  # runs[(PLAIN, cat)] is in this order
-            t = oracle.setdefault(cat, [0.0, 0.0])
-            for ids, r in zip(ids_of, runs[(PLAIN, cat)]):
-                t[0] += max(len(r.tokens) - 1, 0) * costs[1]
-                t[1] += lookup_oracle_time(ids, r.tokens, costs)
-        oracle["all"] = [sum(t[0] for t in oracle.values()), sum(t[1] for t in oracle.values())]
-        console.print("oracle and replay rows priced at these batch costs", highlight=False)
-    replayed = _replays(drafters, encoded, runs, es, path, max_draft, draft_min, costs) if es and params.greedy else {}
-    for cat in cats + ["all"]:
-        def agg(name: str) -> tuple[int, float, int, int, float, list, int]:
-            rs = [r for (n, c), lst in runs.items() for r in lst if n == name and (cat == "all" or c == cat)]
-            toks = sum(len(r.tokens) - 1 for r in rs)  # the first token's time is the prefill's
-            secs = sum(r.decode_s for r in rs)
-            drafted = sum(r.drafted for r in rs)
-            acc = sum(r.accepted for r in rs)
-            over = sum(r.overhead_ms * len(r.tokens) for r in rs) / max(1, sum(len(r.tokens) for r in rs))
-            pos: list[list[int]] = []
-            for r in rs:
-                for i, (t, a) in enumerate(r.position):
-                    while len(pos) <= i:
-                        pos.append([0, 0])
-                    pos[i][0] += t
-                    pos[i][1] += a
-            dsteps = sum(r.drafter_steps for r in rs)
-            step_ms = 1000 * sum(r.draft_s for r in rs) / dsteps if dsteps else None
-            keys: dict[str, list[int]] = {}
-            for r in rs:
-                for k, (dr, ac) in r.by_key.items():
-                    keys.setdefault(k, [0, 0])
-                    keys[k][0] += dr
-                    keys[k][1] += ac
-            return toks, secs, drafted, acc, over, pos, sum(r.steps for r in rs), step_ms, keys
+    for cat in cats:
+        ids_of = [ids for c, ids in encoded if c == cat]  # runs[(PLAIN, cat)] is in this order
+        t = oracle.setdefault(cat, [0.0, 0.0])
+        for ids, r in zip(ids_of, runs[(PLAIN, cat)]):
+            t[0] += max(len(r.tokens) - 1, 0) * costs[1]
+            t[1] += lookup_oracle_time(ids, r.tokens, costs)
+    oracle["all"] = [sum(t[0] for t in oracle.values()), sum(t[1] for t in oracle.values())]
+    console.print("oracle and replay rows priced at these batch costs", highlight=False)
+    return oracle
 
-        ptoks, psecs, *_ = agg(PLAIN)
-        plain_tps = ptoks / psecs if psecs else 0.0
+
+class _Totals(NamedTuple):
+    """One method's runs in one category, summed."""
+
+    tokens: int  # after each run's first, whose time is the prefill's
+    seconds: float
+    drafted: int
+    accepted: int
+    overhead_ms: float  # per token
+    by_position: list  # [tried, accepted] per draft position
+    steps: int
+    drafter_step_ms: float | None
+    by_key: dict  # kind -> [drafted, accepted]
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+def _totals(runs: dict, name: str, cat: str) -> _Totals:
+    rs = [r for (n, c), lst in runs.items() for r in lst if n == name and (cat == "all" or c == cat)]
+    pos: list[list[int]] = []
+    for r in rs:
+        for i, (t, a) in enumerate(r.position):
+            while len(pos) <= i:
+                pos.append([0, 0])
+            pos[i][0] += t
+            pos[i][1] += a
+    keys: dict[str, list[int]] = {}
+    for r in rs:
+        for k, (dr, ac) in r.by_key.items():
+            keys.setdefault(k, [0, 0])
+            keys[k][0] += dr
+            keys[k][1] += ac
+    dsteps = sum(r.drafter_steps for r in rs)
+    return _Totals(
+        tokens=sum(len(r.tokens) - 1 for r in rs), seconds=sum(r.decode_s for r in rs),
+        drafted=sum(r.drafted for r in rs), accepted=sum(r.accepted for r in rs),
+        overhead_ms=sum(r.overhead_ms * len(r.tokens) for r in rs) / max(1, sum(len(r.tokens) for r in rs)),
+        by_position=pos, steps=sum(r.steps for r in rs),
+        drafter_step_ms=1000 * sum(r.draft_s for r in rs) / dsteps if dsteps else None, by_key=keys)
+
+
+def _rows(methods: dict, runs: dict, identical: dict, cats: list[str], oracle: dict, replayed: dict) -> list[dict]:
+    """A row per method and category (then "all"), with the oracle's and each replay's."""
+    rows = []
+    for cat in cats + ["all"]:
+        plain = _totals(runs, PLAIN, cat)
         for name in methods:
-            toks, secs, drafted, acc, over, pos, steps, step_ms, keys = agg(name)
-            tps = toks / secs if secs else 0.0
             ref = _plain_of(name, methods)
-            if ref not in (PLAIN, name):
-                otoks, osecs, *_ = agg(ref)
-                base_tps = otoks / osecs if osecs else 0.0
-            else:
-                base_tps = plain_tps
-            rows.append({
-                "drafter": name,
-                "category": cat,
-                "tokens_per_s": round(tps, 3),
-                "acceptance_rate": round(acc / drafted, 4) if drafted else None,
-                "ratio_to_plain": round(tps / base_tps, 3) if base_tps else None,
-                "overhead_ms_per_token": round(over, 4) if name not in (LCP, PEER) and not name.startswith(("hf:", "llama-server"))
-                else None,
-                "tokens": toks,
-                "mean_accepted": round((steps + acc) / steps, 3) if steps else None,
-                "acceptance_by_position": [round(a / t, 3) if t else None for t, a in pos][:8],
-                "identical_to_plain": ("{}/{}".format(*identical[(name, cat)]) if (name, cat) in identical else None),
-                "drafter_step_ms": round(step_ms, 3) if step_ms is not None else None,
-                # which kind of draft the accepted tokens came from (the hybrid mixes them)
-                "by_drafter": {k: {"drafted": dr, "accepted": ac} for k, (dr, ac) in sorted(keys.items())},
-            })
+            base = _totals(runs, ref, cat) if ref not in (PLAIN, name) else plain
+            rows.append(_row(name, cat, _totals(runs, name, cat), base.tokens_per_s, identical))
         if cat in oracle:
-            rows.append(_oracle_row(cat, plain_tps, *oracle[cat], ptoks))
+            rows.append(_oracle_row(cat, plain.tokens_per_s, *oracle[cat], plain.tokens))
         for d, totals in replayed.items():
-            rows.append(_replay_row(d, cat, plain_tps, *totals[cat], ptoks))
+            rows.append(_replay_row(d, cat, plain.tokens_per_s, *totals[cat], plain.tokens))
+    return rows
+
+
+def _row(name: str, cat: str, t: _Totals, base_tps: float, identical: dict) -> dict:
+    measured_overhead = name not in (LCP, PEER) and not name.startswith(("hf:", "llama-server"))
+    return {
+        "drafter": name,
+        "category": cat,
+        "tokens_per_s": round(t.tokens_per_s, 3),
+        "acceptance_rate": round(t.accepted / t.drafted, 4) if t.drafted else None,
+        "ratio_to_plain": round(t.tokens_per_s / base_tps, 3) if base_tps else None,
+        "overhead_ms_per_token": round(t.overhead_ms, 4) if measured_overhead else None,
+        "tokens": t.tokens,
+        "mean_accepted": round((t.steps + t.accepted) / t.steps, 3) if t.steps else None,
+        "acceptance_by_position": [round(a / n, 3) if n else None for n, a in t.by_position][:8],
+        "identical_to_plain": ("{}/{}".format(*identical[(name, cat)]) if (name, cat) in identical else None),
+        "drafter_step_ms": round(t.drafter_step_ms, 3) if t.drafter_step_ms is not None else None,
+        # which kind of draft the accepted tokens came from (the hybrid mixes them)
+        "by_drafter": {k: {"drafted": dr, "accepted": ac} for k, (dr, ac) in sorted(t.by_key.items())},
+    }
+
+
+def _annotate(rows: list[dict], runs: dict, methods: dict, cats: list[str], other_cores: float | None,
+              costs: Sequence[float] | None, curves: dict, servers: list) -> None:
+    """What a row is compared with beyond its plain: the best peer, the prompts' spread, the
+    best member of a hybrid; the batch costs a replay was priced at; how a peer ran."""
     _against_best_peer(rows)
     compared = against_best_member(runs, cats)
     spread = against_plain(runs, cats, lambda name: _plain_of(name, methods))
-    server_commands = {s.label: s.command for s in servers or ()}
+    server_commands = {s.label: s.command for s in servers}
     for r in rows:
         if r["category"] == "all" and r["drafter"] in server_commands:
             r["server_command"] = server_commands[r["drafter"]]
@@ -406,7 +487,6 @@ def _run_bench(
         curve = curves.get(r["drafter"].removesuffix("plain")) if r["category"] == "all" else None
         if curve and r["drafter"].endswith("plain"):
             r["batch_costs_ms"] = [round(1000 * curve[n], 3) for n in sorted(curve)]
-    return rows
 
 
 def _print_curves(es: dict, on_device: dict, others: list[str], console: Console) -> dict[str, dict[int, float]]:
