@@ -236,6 +236,46 @@ def test_hqq_weights_as_symmetric_4_bit_plus_block_offsets_compute_the_same_prod
     assert np.abs(run(q.model.model) - hqq).max() < 1e-4 * np.abs(hqq).max()
 
 
+@pytest.mark.parametrize("quant", ["int4", "int8"])
+def test_products_of_one_input_run_as_one_wide_product_with_the_same_outputs(quant):
+    """q, k and v (or gate and up) read the same input: the export joins them into one
+    MatMulNBits and splits its output, block offsets included, and every output stays the same."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
+                                                                  HQQWeightOnlyQuantConfig, MatMulNBitsQuantizer)
+
+    from edgespec.export.onnx_export import _compute_in_int8, _offsets_beside_symmetric, _one_product_per_input
+
+    rng = np.random.default_rng(0)
+    widths = {"Q": 64, "K": 16, "V": 16}
+    ws = [numpy_helper.from_array(rng.normal(size=(96, n)).astype(np.float32), "W" + y) for y, n in widths.items()]
+    graph = helper.make_graph([helper.make_node("MatMul", ["X", "W" + y], [y]) for y in widths], "g",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, None, 96])],
+                              [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, None, n]) for y, n in widths.items()],
+                              ws)
+    cfg = (HQQWeightOnlyQuantConfig(block_size=32, bits=4) if quant == "int4"
+           else DefaultWeightOnlyQuantConfig(block_size=16, bits=8, is_symmetric=True, accuracy_level=4))
+    q = MatMulNBitsQuantizer(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), algo_config=cfg)
+    q.process()
+    model = q.model.model
+    if quant == "int4":
+        _offsets_beside_symmetric(model)
+        _compute_in_int8(model)
+    x = rng.normal(size=(1, 5, 96)).astype(np.float32)
+
+    def run(m: onnx.ModelProto) -> list[np.ndarray]:
+        return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})
+
+    apart = run(model)
+    _one_product_per_input(model)
+    onnx.checker.check_model(model)
+    assert [n.op_type for n in model.graph.node].count("MatMulNBits") == 1
+    for a, b in zip(apart, run(model)):
+        assert np.abs(a - b).max() <= 1e-5 * np.abs(a).max()
+
+
 def test_bench_runs_onnx_exports_beside_llama_cpp_and_says_which_decodes_fastest(llama, tmp_path):
     """Two representations of one model (4-bit computing in int8, and in float32) beside
     llama.cpp: rows per export, each runtime's batch-cost curve, and the fastest per category."""
