@@ -182,7 +182,7 @@ def _one_product_per_input(model) -> None:
     three, and the narrow k and v (256 columns in Qwen2.5-Coder-1.5B) no longer run alone on
     the thread pool. Their block offsets (`_offsets_beside_symmetric`) are joined the same
     way. Every output is the same number as before, in fewer and wider calls."""
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
     g = model.graph
     inits = {t.name: t for t in g.initializer}
@@ -198,37 +198,45 @@ def _one_product_per_input(model) -> None:
             key = (n.input[0], a["K"], a["block_size"], a["bits"], a.get("accuracy_level", 0))
             groups.setdefault(key, []).append((n, _block_offset(n, readers, producer, inits)))
     gone: set[int] = set()
-    for (x, k, bs, bits, level), products in groups.items():
-        with_offsets = {off is not None for _, off in products}
-        if len(products) < 2 or len(with_offsets) > 1:
-            continue
-        name = products[0][0].name + "_joined"
-        widths = [next(a.i for a in n.attribute if a.name == "N") for n, _ in products]
-        def weights(i: int, node_of=lambda p: p[0]) -> list[np.ndarray]:
-            return [numpy_helper.to_array(inits[node_of(p).input[i]]) for p in products]
-
-        joined = {name + "_B": np.concatenate(weights(1)), name + "_scales": np.concatenate([a.ravel() for a in weights(2)]),
-                  name + "_split": np.array(widths, np.int64)}
-        y, outs = name + "_y", [n.output[0] for n, _ in products]
-        nodes = [helper.make_node("MatMulNBits", [x, name + "_B", name + "_scales"], [y], domain="com.microsoft",
-                                  K=k, N=sum(widths), bits=bits, block_size=bs, accuracy_level=level)]
-        if with_offsets == {True}:  # the sum of each product and its offsets is the output
-            joined[name + "_offsets"] = np.concatenate(weights(1, lambda p: p[1][1]), axis=1)
-            nodes += [helper.make_node("MatMul", [products[0][1][1].input[0], name + "_offsets"], [name + "_off"]),
-                      helper.make_node("Add", [name + "_sym", name + "_off"], [y])]
-            nodes[0].output[0] = name + "_sym"
-            outs = [add.output[0] for _, (add, _) in products]
-        nodes.append(helper.make_node("Split", [y, name + "_split"], outs, axis=-1))
-        for n, off in products:
-            dropped = [n, *(off or ())]
-            gone.update(map(id, dropped))
-            for d in dropped:
-                for i in d.input[1:]:
-                    if i in inits:
-                        g.initializer.remove(inits.pop(i))
-        g.initializer.extend(numpy_helper.from_array(v, nm) for nm, v in joined.items())
-        g.node.extend(nodes)
+    for key, products in groups.items():
+        if len(products) > 1 and len({off is None for _, off in products}) == 1:
+            gone |= _join(g, inits, key, products)
     _sort_nodes(g, [n for n in g.node if id(n) not in gone])
+
+
+def _join(g, inits: dict, key: tuple, products: list) -> set[int]:
+    """One group of `_one_product_per_input`: its nodes added, its old initializers removed;
+    returns the ids of the nodes it replaces."""
+    from onnx import helper, numpy_helper
+
+    def arrays(nodes: list, i: int) -> list[np.ndarray]:
+        return [numpy_helper.to_array(inits[n.input[i]]) for n in nodes]
+
+    x, k, bs, bits, level = key
+    mats, offsets = [n for n, _ in products], [off for _, off in products]
+    name = mats[0].output[0] + "_joined"  # output names are unique in a graph
+    widths = [next(a.i for a in n.attribute if a.name == "N") for n in mats]
+    joined = {name + "_B": np.concatenate(arrays(mats, 1)),
+              name + "_scales": np.concatenate([a.ravel() for a in arrays(mats, 2)]),
+              name + "_split": np.array(widths, np.int64)}
+    y, outs = name + "_y", [n.output[0] for n in mats]
+    nodes = [helper.make_node("MatMulNBits", [x, name + "_B", name + "_scales"], [y], domain="com.microsoft",
+                              K=k, N=sum(widths), bits=bits, block_size=bs, accuracy_level=level)]
+    if offsets[0] is not None:  # each output is its product plus its offsets
+        joined[name + "_offsets"] = np.concatenate(arrays([mm for _, mm in offsets], 1), axis=1)
+        nodes[0].output[0] = name + "_sym"
+        nodes += [helper.make_node("MatMul", [offsets[0][1].input[0], name + "_offsets"], [name + "_off"]),
+                  helper.make_node("Add", [name + "_sym", name + "_off"], [y])]
+        outs = [add.output[0] for add, _ in offsets]
+    nodes.append(helper.make_node("Split", [y, name + "_split"], outs, axis=-1))
+    dropped = [*mats, *(d for off in offsets if off is not None for d in off)]
+    for d in dropped:
+        for i in d.input[1:]:
+            if i in inits:
+                g.initializer.remove(inits.pop(i))
+    g.initializer.extend(numpy_helper.from_array(v, nm) for nm, v in joined.items())
+    g.node.extend(nodes)
+    return set(map(id, dropped))
 
 
 def _block_offset(node, readers: dict, producer: dict, inits: dict) -> tuple | None:
