@@ -183,30 +183,26 @@ def _one_product_per_input(model) -> None:
     the thread pool. Their block offsets (`_offsets_beside_symmetric`) are joined the same
     way. Every output is the same number as before, in fewer and wider calls."""
     from onnx import helper
+    from onnxruntime.quantization.onnx_model import ONNXModel
 
-    g = model.graph
-    inits = {t.name: t for t in g.initializer}
-    producer = {o: n for n in g.node for o in n.output}
-    readers: dict[str, list] = {}
-    for n in g.node:
-        for i in n.input:
-            readers.setdefault(i, []).append(n)
+    m = ONNXModel(model)
+    inits = {t.name: t for t in m.initializer()}
+    readers, producer = m.input_name_to_nodes(), m.output_name_to_node()
     groups: dict[tuple, list] = {}
-    for n in g.node:
+    for n in m.nodes():
         if n.op_type == "MatMulNBits" and not any(n.input[3:]) and n.input[1] in inits and n.input[2] in inits:
             a = {x.name: helper.get_attribute_value(x) for x in n.attribute}
             key = (n.input[0], a["K"], a["block_size"], a["bits"], a.get("accuracy_level", 0))
             groups.setdefault(key, []).append((n, _block_offset(n, readers, producer, inits)))
-    gone: set[int] = set()
     for key, products in groups.items():
         if len(products) > 1 and len({off is None for _, off in products}) == 1:
-            gone |= _join(g, inits, key, products)
-    _sort_nodes(g, [n for n in g.node if id(n) not in gone])
+            _join(m, inits, key, products)
+    m.topological_sort()  # the joined nodes were added at the end
 
 
-def _join(g, inits: dict, key: tuple, products: list) -> set[int]:
-    """One group of `_one_product_per_input`: its nodes added, its old initializers removed;
-    returns the ids of the nodes it replaces."""
+def _join(m, inits: dict, key: tuple, products: list) -> None:
+    """One group of `_one_product_per_input` (`m` an ONNXModel): the joined nodes in, the
+    products, their offsets and their initializers out."""
     from onnx import helper, numpy_helper
 
     def arrays(nodes: list, i: int) -> list[np.ndarray]:
@@ -230,13 +226,11 @@ def _join(g, inits: dict, key: tuple, products: list) -> set[int]:
         outs = [add.output[0] for add, _ in offsets]
     nodes.append(helper.make_node("Split", [y, name + "_split"], outs, axis=-1))
     dropped = [*mats, *(d for off in offsets if off is not None for d in off)]
-    for d in dropped:
-        for i in d.input[1:]:
-            if i in inits:
-                g.initializer.remove(inits.pop(i))
-    g.initializer.extend(numpy_helper.from_array(v, nm) for nm, v in joined.items())
-    g.node.extend(nodes)
-    return set(map(id, dropped))
+    for i in {i for d in dropped for i in d.input[1:] if i in inits}:
+        m.remove_initializer(inits.pop(i))
+    m.remove_nodes(dropped)
+    m.graph().initializer.extend(numpy_helper.from_array(v, nm) for nm, v in joined.items())
+    m.add_nodes(nodes)
 
 
 def _block_offset(node, readers: dict, producer: dict, inits: dict) -> tuple | None:
@@ -247,25 +241,6 @@ def _block_offset(node, readers: dict, producer: dict, inits: dict) -> tuple | N
     other = next((i for i in after[0].input if i != node.output[0]), None)
     mm = producer.get(other)
     return (after[0], mm) if mm is not None and mm.op_type == "MatMul" and mm.input[1] in inits else None
-
-
-def _sort_nodes(g, nodes: list) -> None:
-    """The graph's nodes as `nodes`, each after the ones whose outputs it reads (ONNX requires it)."""
-    known = {i.name for i in g.input} | {t.name for t in g.initializer} | {""}
-    order, waiting = [], nodes
-    while waiting:
-        later = []
-        for n in waiting:
-            if all(i in known for i in n.input):
-                order.append(n)
-                known.update(n.output)
-            else:
-                later.append(n)
-        if len(later) == len(waiting):
-            raise ExportError("the joined graph has a cycle")  # a bug here, not the user's input
-        waiting = later
-    del g.node[:]
-    g.node.extend(order)
 
 
 def _block_sum_nodes(g, x: str, k: int, bs: int, out: str) -> list:
