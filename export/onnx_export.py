@@ -117,10 +117,11 @@ def quantize_onnx(fp32_dir: Path, out: Path, quant: str) -> Path:
             warnings.simplefilter("ignore")  # HQQ's torch.from_numpy on read-only arrays: harmless here
             q.process()
         if quant.startswith("int4"):
-            _offsets_beside_symmetric(q.model.model)
+            _integer_zero_points(q.model.model)
         if quant.startswith("int4") and not quant.endswith("-f32"):
             _compute_in_int8(q.model.model)  # HQQ's config takes no accuracy level: set it on each node
         _one_product_per_input(q.model.model)
+        _residuals_in_8_bits(q.model.model)
         q.model.save_model_to_file(str(dst), use_external_data_format=big)
     else:
         raise ExportError(f"unknown ONNX quantization {quant!r}; choose one of: {', '.join(ONNX_QUANTS)}")
@@ -138,13 +139,13 @@ def _compute_in_int8(model) -> None:
             node.attribute.extend([*kept, onnx.helper.make_attribute("accuracy_level", INT8_COMPUTE)])
 
 
-def _offsets_beside_symmetric(model) -> None:
+def _integer_zero_points(model) -> None:
     """HQQ writes a float zero point per block, for which MatMulNBits has no fast kernel:
     every call dequantizes every block (an FFN-sized product takes about 100x the int8
-    kernel's time, docs/design.md). Since (q - z) s = (q - 8) s + (8 - z) s, each
-    product becomes MatMulNBits on the symmetric 4-bit weights (its default zero point 8,
-    the fast kernels) plus the input's block sums times each block's offset (8 - z) s.
-    The weights are HQQ's exactly, in as many bytes (an offset where a zero point was)."""
+    kernel's time, docs/design.md). Since (q - z) s = (q - zi) s + (zi - z) s with
+    zi = round(z), each product becomes MatMulNBits with 4-bit integer zero points (the
+    fast kernels) plus the input's block sums times each block's residual (zi - z) s,
+    at most half a step. The weights are HQQ's exactly."""
     import onnx
     from onnx import helper, numpy_helper
 
@@ -161,27 +162,74 @@ def _offsets_beside_symmetric(model) -> None:
         n, bs, x = a["N"], a["block_size"], node.input[0]
         nb = -(-a["K"] // bs)
         scales = numpy_helper.to_array(inits[node.input[2]]).reshape(n, nb)
-        offsets = ((8 - numpy_helper.to_array(zp).reshape(n, nb)) * scales).T.astype(np.float32)
+        z = numpy_helper.to_array(zp).reshape(n, nb)
+        zi = np.clip(np.round(z), 0, 15).astype(np.uint8)
+        residual = ((zi - z) * scales).T.astype(np.float32)
         g.initializer.remove(zp)
-        g.initializer.append(numpy_helper.from_array(offsets, zp.name + "_offsets"))
-        node.input[3] = ""  # absent: zero point 8
+        g.initializer.extend([numpy_helper.from_array(_two_per_byte(zi), zp.name + "_int"),
+                              numpy_helper.from_array(residual, zp.name + "_residual")])
+        node.input[3] = zp.name + "_int"
         if (x, bs) not in block_sums:
             block_sums[x, bs] = x + f"_block_sums_{bs}"
             nodes += _block_sum_nodes(g, x, a["K"], bs, block_sums[x, bs])
         out = node.output[0]
-        node.output[0] = out + "_symmetric"
-        nodes += [helper.make_node("MatMul", [block_sums[x, bs], zp.name + "_offsets"], [out + "_offset"]),
-                  helper.make_node("Add", [out + "_symmetric", out + "_offset"], [out])]
+        node.output[0] = out + "_integer"
+        nodes += [helper.make_node("MatMul", [block_sums[x, bs], zp.name + "_residual"], [out + "_residual"]),
+                  helper.make_node("Add", [out + "_integer", out + "_residual"], [out])]
     del g.node[:]
     g.node.extend(nodes)
+
+
+def _two_per_byte(zero_points: np.ndarray) -> np.ndarray:
+    """[N, blocks] 4-bit zero points as MatMulNBits reads them: each column's packed two to
+    a byte, the even block in the low half."""
+    padded = np.pad(zero_points, ((0, 0), (0, zero_points.shape[1] % 2)))
+    return (padded[:, 0::2] | padded[:, 1::2] << 4).ravel()
+
+
+RESIDUAL_BLOCK = 16  # block sums per scale of an 8-bit residual
+
+
+def _residuals_in_8_bits(model) -> None:
+    """A product computing in int8 reads its residuals (`_integer_zero_points`) as 8-bit
+    MatMulNBits (symmetric, a scale per 16 block sums) instead of float32: a token reads
+    every weight once, and float32 residuals are a sixth of a 4-bit model's bytes. A
+    residual is at most half a 4-bit step, so rounding it and the block sums to 8 bits
+    moves a product far less than the int8 activations of the product itself do."""
+    from onnx import helper, numpy_helper
+    from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
+                                                                  DefaultWeightOnlyQuantizer)
+    from onnxruntime.quantization.onnx_model import ONNXModel
+
+    m = ONNXModel(model)
+    inits = {t.name: t for t in m.initializer()}
+    readers, producer = m.input_name_to_nodes(), m.output_name_to_node()
+    quantizer = DefaultWeightOnlyQuantizer(DefaultWeightOnlyQuantConfig(
+        block_size=RESIDUAL_BLOCK, bits=8, is_symmetric=True, accuracy_level=INT8_COMPUTE))
+    for n in list(m.nodes()):
+        level = next((a.i for a in n.attribute if a.name == "accuracy_level"), 0)
+        residual = _residual_of(n, readers, producer, inits) if n.op_type == "MatMulNBits" else None
+        if residual is None or level != INT8_COMPUTE:
+            continue
+        mm = residual[1]
+        r = numpy_helper.to_array(inits[mm.input[1]])
+        packed, scales, _ = quantizer.qbits_block_quant(r)
+        name = mm.input[1] + "_8bit"
+        m.remove_initializer(inits.pop(mm.input[1]))
+        m.graph().initializer.extend([numpy_helper.from_array(packed, name), numpy_helper.from_array(scales.ravel(), name + "_scales")])
+        m.remove_node(mm)
+        m.add_node(helper.make_node("MatMulNBits", [mm.input[0], name, name + "_scales"], list(mm.output), name=name,
+                                    domain="com.microsoft", K=r.shape[0], N=r.shape[1], bits=8,
+                                    block_size=RESIDUAL_BLOCK, accuracy_level=INT8_COMPUTE))
+    m.topological_sort()
 
 
 def _one_product_per_input(model) -> None:
     """Products of one input (an attention block's q, k and v; an MLP's gate and up) become
     one MatMulNBits as wide as all of them, then a Split: one pass over the input instead of
     three, and the narrow k and v (256 columns in Qwen2.5-Coder-1.5B) no longer run alone on
-    the thread pool. Their block offsets (`_offsets_beside_symmetric`) are joined the same
-    way. Every output is the same number as before, in fewer and wider calls."""
+    the thread pool. Their zero points and residuals (`_integer_zero_points`) are joined the
+    same way. Every output is the same number as before, in fewer and wider calls."""
     from onnx import helper
     from onnxruntime.quantization.onnx_model import ONNXModel
 
@@ -190,42 +238,46 @@ def _one_product_per_input(model) -> None:
     readers, producer = m.input_name_to_nodes(), m.output_name_to_node()
     groups: dict[tuple, list] = {}
     for n in m.nodes():
-        if n.op_type == "MatMulNBits" and not any(n.input[3:]) and n.input[1] in inits and n.input[2] in inits:
+        if n.op_type == "MatMulNBits" and all(i in inits for i in n.input[1:] if i):
             a = {x.name: helper.get_attribute_value(x) for x in n.attribute}
-            key = (n.input[0], a["K"], a["block_size"], a["bits"], a.get("accuracy_level", 0))
-            groups.setdefault(key, []).append((n, _block_offset(n, readers, producer, inits)))
+            zero_points = len(n.input) > 3 and bool(n.input[3])
+            key = (n.input[0], a["K"], a["block_size"], a["bits"], a.get("accuracy_level", 0), zero_points)
+            groups.setdefault(key, []).append((n, _residual_of(n, readers, producer, inits)))
     for key, products in groups.items():
-        if len(products) > 1 and len({off is None for _, off in products}) == 1:
+        if len(products) > 1 and len({r is None for _, r in products}) == 1:
             _join(m, inits, key, products)
     m.topological_sort()  # the joined nodes were added at the end
 
 
 def _join(m, inits: dict, key: tuple, products: list) -> None:
     """One group of `_one_product_per_input` (`m` an ONNXModel): the joined nodes in, the
-    products, their offsets and their initializers out."""
+    products, their residuals and their initializers out."""
     from onnx import helper, numpy_helper
 
     def arrays(nodes: list, i: int) -> list[np.ndarray]:
         return [numpy_helper.to_array(inits[n.input[i]]) for n in nodes]
 
-    x, k, bs, bits, level = key
-    mats, offsets = [n for n, _ in products], [off for _, off in products]
+    x, k, bs, bits, level, zero_points = key
+    mats, residuals = [n for n, _ in products], [r for _, r in products]
     name = mats[0].output[0] + "_joined"  # output names are unique in a graph
     widths = [next(a.i for a in n.attribute if a.name == "N") for n in mats]
-    joined = {name + "_B": np.concatenate(arrays(mats, 1)),
+    joined = {name + "_B": np.concatenate(arrays(mats, 1)),  # each array column by column
               name + "_scales": np.concatenate([a.ravel() for a in arrays(mats, 2)]),
               name + "_split": np.array(widths, np.int64)}
+    if zero_points:
+        joined[name + "_zero_points"] = np.concatenate([a.ravel() for a in arrays(mats, 3)])
     y, outs = name + "_y", [n.output[0] for n in mats]
-    nodes = [helper.make_node("MatMulNBits", [x, name + "_B", name + "_scales"], [y], domain="com.microsoft",
-                              K=k, N=sum(widths), bits=bits, block_size=bs, accuracy_level=level)]
-    if offsets[0] is not None:  # each output is its product plus its offsets
-        joined[name + "_offsets"] = np.concatenate(arrays([mm for _, mm in offsets], 1), axis=1)
-        nodes[0].output[0] = name + "_sym"
-        nodes += [helper.make_node("MatMul", [offsets[0][1].input[0], name + "_offsets"], [name + "_off"]),
-                  helper.make_node("Add", [name + "_sym", name + "_off"], [y])]
-        outs = [add.output[0] for add, _ in offsets]
+    nodes = [helper.make_node("MatMulNBits", [x, *(name + s for s in ("_B", "_scales", "_zero_points")[:2 + zero_points])],
+                              [y], domain="com.microsoft", K=k, N=sum(widths), bits=bits, block_size=bs,
+                              accuracy_level=level)]
+    if residuals[0] is not None:  # each output is its product plus its residuals
+        joined[name + "_residual"] = np.concatenate(arrays([mm for _, mm in residuals], 1), axis=1)
+        nodes[0].output[0] = name + "_integer"
+        nodes += [helper.make_node("MatMul", [residuals[0][1].input[0], name + "_residual"], [name + "_res"]),
+                  helper.make_node("Add", [name + "_integer", name + "_res"], [y])]
+        outs = [add.output[0] for add, _ in residuals]
     nodes.append(helper.make_node("Split", [y, name + "_split"], outs, axis=-1))
-    dropped = [*mats, *(d for off in offsets if off is not None for d in off)]
+    dropped = [*mats, *(d for r in residuals if r is not None for d in r)]
     for i in {i for d in dropped for i in d.input[1:] if i in inits}:
         m.remove_initializer(inits.pop(i))
     m.remove_nodes(dropped)
@@ -233,8 +285,8 @@ def _join(m, inits: dict, key: tuple, products: list) -> None:
     m.add_nodes(nodes)
 
 
-def _block_offset(node, readers: dict, producer: dict, inits: dict) -> tuple | None:
-    """(Add, MatMul) adding a product's block offsets, if `_offsets_beside_symmetric` gave it some."""
+def _residual_of(node, readers: dict, producer: dict, inits: dict) -> tuple | None:
+    """(Add, MatMul) adding a product's residuals, if `_integer_zero_points` gave it some."""
     after = readers.get(node.output[0], [])
     if len(after) != 1 or after[0].op_type != "Add":
         return None

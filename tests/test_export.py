@@ -197,82 +197,99 @@ def test_int4_computes_in_int8_unless_float32_compute_is_asked_for(llama, tmp_pa
 
     def compute_levels(quant: str) -> set[int]:
         export(llama, tmp_path, "onnx", quant)
-        nodes = [n for n in onnx.load(tmp_path / f"onnx-{quant}" / "model.onnx").graph.node if n.op_type == "MatMulNBits"]
+        model = onnx.load(tmp_path / f"onnx-{quant}" / "model.onnx")
+        inits = {t.name: t.data_type for t in model.graph.initializer}
+        nodes = [n for n in model.graph.node if n.op_type == "MatMulNBits"]
         assert nodes
-        assert not any(len(n.input) > 3 and n.input[3] for n in nodes)  # no float zero points: the fast kernels
+        zero_points = [inits[n.input[3]] for n in nodes if len(n.input) > 3 and n.input[3]]
+        assert zero_points and set(zero_points) == {onnx.TensorProto.UINT8}  # integers: the fast kernels
         return {a.i for n in nodes for a in n.attribute if a.name == "accuracy_level"} or {0}
 
     assert compute_levels("int4") == {4}  # int8 activations: single steps at llama.cpp's pace
     assert compute_levels("int4-f32") == {0}  # float32: every block dequantized, cheap extra rows
 
 
-@pytest.mark.parametrize("k", [96, 80])  # whole blocks of 32, and a last block padded
-def test_hqq_weights_as_symmetric_4_bit_plus_block_offsets_compute_the_same_product(k):
-    """HQQ's float zero points have no fast kernel in ONNX Runtime, so the export writes
-    (q - z) s as (q - 8) s plus an offset per block: the same product, to float rounding."""
-    import onnx
-    import onnxruntime as ort
+def quantized_products(k: int, widths: dict[str, int], config=None):
+    """A graph of float32 products of one input X [1, 5, k], one per output name and width,
+    quantized by onnxruntime (HQQ's 4 bits in blocks of 32, float zero points, unless another
+    `config` is given); and an input for it whose channel 3 is an outlier, as in a real
+    model's activations."""
     from onnx import TensorProto, helper, numpy_helper
     from onnxruntime.quantization.matmul_nbits_quantizer import HQQWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
-    from edgespec.export.onnx_export import _offsets_beside_symmetric
-
     rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.normal(size=(k, 48)).astype(np.float32), "W")
-    graph = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["Y"])], "g",
+    ws = [numpy_helper.from_array(rng.normal(size=(k, n)).astype(np.float32), "W" + y) for y, n in widths.items()]
+    graph = helper.make_graph([helper.make_node("MatMul", ["X", "W" + y], [y]) for y in widths], "g",
                               [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, None, k])],
-                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, None, 48])], [w])
+                              [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, None, n]) for y, n in widths.items()],
+                              ws)
     q = MatMulNBitsQuantizer(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
-                             algo_config=HQQWeightOnlyQuantConfig(block_size=32, bits=4))
+                             algo_config=config or HQQWeightOnlyQuantConfig(block_size=32, bits=4))
     q.process()
     x = rng.normal(size=(1, 5, k)).astype(np.float32)
+    x[..., 3] *= 30
+    return q.model.model, x
 
-    def run(model: onnx.ModelProto) -> np.ndarray:
-        return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})[0]
 
-    hqq = run(q.model.model)
-    _offsets_beside_symmetric(q.model.model)
-    assert [n.op_type for n in q.model.model.graph.node].count("MatMulNBits") == 1
-    assert np.abs(run(q.model.model) - hqq).max() < 1e-4 * np.abs(hqq).max()
+def run_graph(model, x: np.ndarray) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})
+
+
+def op_types(model) -> list[str]:
+    return [n.op_type for n in model.graph.node]
+
+
+@pytest.mark.parametrize("k", [96, 80])  # whole blocks of 32, and a last block padded
+def test_hqq_weights_as_integer_zero_points_plus_block_residuals_compute_the_same_product(k):
+    """HQQ's float zero points have no fast kernel in ONNX Runtime, so the export writes
+    (q - z) s as (q - round(z)) s plus a residual per block: the same product, to float rounding."""
+    from edgespec.export.onnx_export import _integer_zero_points
+
+    model, x = quantized_products(k, {"Y": 48})
+    hqq = run_graph(model, x)[0]
+    _integer_zero_points(model)
+    assert op_types(model).count("MatMulNBits") == 1
+    assert np.abs(run_graph(model, x)[0] - hqq).max() < 1e-4 * np.abs(hqq).max()
+
+
+def test_8_bit_residuals_move_an_int8_product_far_less_than_its_int8_activations_do():
+    """Computing in int8, the residuals are read as 8-bit MatMulNBits: a quarter of the bytes,
+    for an error well inside the one int8 activations already make."""
+    from edgespec.export.onnx_export import _compute_in_int8, _integer_zero_points, _residuals_in_8_bits
+
+    model, x = quantized_products(512, {"Y": 64})
+    exact = run_graph(model, x)[0]
+    _integer_zero_points(model)
+    _compute_in_int8(model)
+    float_residuals = run_graph(model, x)[0]
+    _residuals_in_8_bits(model)
+    assert op_types(model).count("MatMulNBits") == 2 and "MatMul" not in op_types(model)
+    eight_bit = run_graph(model, x)[0]
+    assert np.abs(eight_bit - float_residuals).max() < 0.1 * np.abs(float_residuals - exact).max()
 
 
 @pytest.mark.parametrize("quant", ["int4", "int8"])
 def test_products_of_one_input_run_as_one_wide_product_with_the_same_outputs(quant):
     """q, k and v (or gate and up) read the same input: the export joins them into one
-    MatMulNBits and splits its output, block offsets included, and every output stays the same."""
+    MatMulNBits and splits its output, zero points and residuals included, and every output
+    stays the same."""
     import onnx
-    import onnxruntime as ort
-    from onnx import TensorProto, helper, numpy_helper
-    from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
-                                                                  HQQWeightOnlyQuantConfig, MatMulNBitsQuantizer)
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig
 
-    from edgespec.export.onnx_export import _compute_in_int8, _offsets_beside_symmetric, _one_product_per_input
+    from edgespec.export.onnx_export import _compute_in_int8, _integer_zero_points, _one_product_per_input
 
-    rng = np.random.default_rng(0)
-    widths = {"Q": 64, "K": 16, "V": 16}
-    ws = [numpy_helper.from_array(rng.normal(size=(96, n)).astype(np.float32), "W" + y) for y, n in widths.items()]
-    graph = helper.make_graph([helper.make_node("MatMul", ["X", "W" + y], [y]) for y in widths], "g",
-                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, None, 96])],
-                              [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, None, n]) for y, n in widths.items()],
-                              ws)
-    cfg = (HQQWeightOnlyQuantConfig(block_size=32, bits=4) if quant == "int4"
-           else DefaultWeightOnlyQuantConfig(block_size=16, bits=8, is_symmetric=True, accuracy_level=4))
-    q = MatMulNBitsQuantizer(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), algo_config=cfg)
-    q.process()
-    model = q.model.model
+    symmetric_8_bit = DefaultWeightOnlyQuantConfig(block_size=16, bits=8, is_symmetric=True, accuracy_level=4)
+    model, x = quantized_products(96, {"Q": 64, "K": 16, "V": 16}, None if quant == "int4" else symmetric_8_bit)
     if quant == "int4":
-        _offsets_beside_symmetric(model)
+        _integer_zero_points(model)
         _compute_in_int8(model)
-    x = rng.normal(size=(1, 5, 96)).astype(np.float32)
-
-    def run(m: onnx.ModelProto) -> list[np.ndarray]:
-        return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})
-
-    apart = run(model)
+    apart = run_graph(model, x)
     _one_product_per_input(model)
     onnx.checker.check_model(model)
-    assert [n.op_type for n in model.graph.node].count("MatMulNBits") == 1
-    for a, b in zip(apart, run(model)):
+    assert op_types(model).count("MatMulNBits") == 1
+    for a, b in zip(apart, run_graph(model, x)):
         assert np.abs(a - b).max() <= 1e-5 * np.abs(a).max()
 
 
