@@ -216,7 +216,8 @@ def _residuals_in_8_bits(model) -> None:
         packed, scales, _ = quantizer.qbits_block_quant(r)
         name = mm.input[1] + "_8bit"
         m.remove_initializer(inits.pop(mm.input[1]))
-        m.graph().initializer.extend([numpy_helper.from_array(packed, name), numpy_helper.from_array(scales.ravel(), name + "_scales")])
+        m.graph().initializer.extend([numpy_helper.from_array(packed, name),
+                                      numpy_helper.from_array(scales.ravel(), name + "_scales")])
         m.remove_node(mm)
         m.add_node(helper.make_node("MatMulNBits", [mm.input[0], name, name + "_scales"], list(mm.output), name=name,
                                     domain="com.microsoft", K=r.shape[0], N=r.shape[1], bits=8,
@@ -267,9 +268,9 @@ def _join(m, inits: dict, key: tuple, products: list) -> None:
     if zero_points:
         joined[name + "_zero_points"] = np.concatenate([a.ravel() for a in arrays(mats, 3)])
     y, outs = name + "_y", [n.output[0] for n in mats]
-    nodes = [helper.make_node("MatMulNBits", [x, *(name + s for s in ("_B", "_scales", "_zero_points")[:2 + zero_points])],
-                              [y], domain="com.microsoft", K=k, N=sum(widths), bits=bits, block_size=bs,
-                              accuracy_level=level)]
+    inputs = [name + s for s in ("_B", "_scales", "_zero_points")[:2 + zero_points]]
+    nodes = [helper.make_node("MatMulNBits", [x, *inputs], [y], domain="com.microsoft",
+                              K=k, N=sum(widths), bits=bits, block_size=bs, accuracy_level=level)]
     if residuals[0] is not None:  # each output is its product plus its residuals
         joined[name + "_residual"] = np.concatenate(arrays([mm for _, mm in residuals], 1), axis=1)
         nodes[0].output[0] = name + "_integer"
