@@ -116,12 +116,14 @@ def quantize_onnx(fp32_dir: Path, out: Path, quant: str) -> Path:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # HQQ's torch.from_numpy on read-only arrays: harmless here
             q.process()
+        int4_in_int8 = quant.startswith("int4") and not quant.endswith("-f32")
         if quant.startswith("int4"):
             _integer_zero_points(q.model.model)
-        if quant.startswith("int4") and not quant.endswith("-f32"):
+        if int4_in_int8:
             _compute_in_int8(q.model.model)  # HQQ's config takes no accuracy level: set it on each node
         _one_product_per_input(q.model.model)
-        _residuals_in_8_bits(q.model.model)
+        if int4_in_int8:
+            _residuals_in_8_bits(q.model.model)
         q.model.save_model_to_file(str(dst), use_external_data_format=big)
     else:
         raise ExportError(f"unknown ONNX quantization {quant!r}; choose one of: {', '.join(ONNX_QUANTS)}")
@@ -158,7 +160,7 @@ def _integer_zero_points(model) -> None:
         zp = inits.get(node.input[3]) if node.op_type == "MatMulNBits" and len(node.input) > 3 else None
         if zp is None or zp.data_type != onnx.TensorProto.FLOAT:
             continue
-        a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+        a = _attributes(node)
         n, bs, x = a["N"], a["block_size"], node.input[0]
         nb = -(-a["K"] // bs)
         scales = numpy_helper.to_array(inits[node.input[2]]).reshape(n, nb)
@@ -207,9 +209,9 @@ def _residuals_in_8_bits(model) -> None:
     quantizer = DefaultWeightOnlyQuantizer(DefaultWeightOnlyQuantConfig(
         block_size=RESIDUAL_BLOCK, bits=8, is_symmetric=True, accuracy_level=INT8_COMPUTE))
     for n in list(m.nodes()):
-        level = next((a.i for a in n.attribute if a.name == "accuracy_level"), 0)
-        residual = _residual_of(n, readers, producer, inits) if n.op_type == "MatMulNBits" else None
-        if residual is None or level != INT8_COMPUTE:
+        int8 = n.op_type == "MatMulNBits" and _attributes(n).get("accuracy_level") == INT8_COMPUTE
+        residual = _residual_of(n, readers, producer, inits) if int8 else None
+        if residual is None:
             continue
         mm = residual[1]
         r = numpy_helper.to_array(inits[mm.input[1]])
@@ -231,7 +233,6 @@ def _one_product_per_input(model) -> None:
     three, and the narrow k and v (256 columns in Qwen2.5-Coder-1.5B) no longer run alone on
     the thread pool. Their zero points and residuals (`_integer_zero_points`) are joined the
     same way. Every output is the same number as before, in fewer and wider calls."""
-    from onnx import helper
     from onnxruntime.quantization.onnx_model import ONNXModel
 
     m = ONNXModel(model)
@@ -240,7 +241,7 @@ def _one_product_per_input(model) -> None:
     groups: dict[tuple, list] = {}
     for n in m.nodes():
         if n.op_type == "MatMulNBits" and all(i in inits for i in n.input[1:] if i):
-            a = {x.name: helper.get_attribute_value(x) for x in n.attribute}
+            a = _attributes(n)
             zero_points = len(n.input) > 3 and bool(n.input[3])
             key = (n.input[0], a["K"], a["block_size"], a["bits"], a.get("accuracy_level", 0), zero_points)
             groups.setdefault(key, []).append((n, _residual_of(n, readers, producer, inits)))
@@ -261,7 +262,7 @@ def _join(m, inits: dict, key: tuple, products: list) -> None:
     x, k, bs, bits, level, zero_points = key
     mats, residuals = [n for n, _ in products], [r for _, r in products]
     name = mats[0].output[0] + "_joined"  # output names are unique in a graph
-    widths = [next(a.i for a in n.attribute if a.name == "N") for n in mats]
+    widths = [_attributes(n)["N"] for n in mats]
     joined = {name + "_B": np.concatenate(arrays(mats, 1)),  # each array column by column
               name + "_scales": np.concatenate([a.ravel() for a in arrays(mats, 2)]),
               name + "_split": np.array(widths, np.int64)}
@@ -294,6 +295,12 @@ def _residual_of(node, readers: dict, producer: dict, inits: dict) -> tuple | No
     other = next((i for i in after[0].input if i != node.output[0]), None)
     mm = producer.get(other)
     return (after[0], mm) if mm is not None and mm.op_type == "MatMul" and mm.input[1] in inits else None
+
+
+def _attributes(node) -> dict:
+    from onnx import helper
+
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
 def _block_sum_nodes(g, x: str, k: int, bs: int, out: str) -> list:
