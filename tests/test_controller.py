@@ -342,6 +342,24 @@ def test_a_kind_that_paid_in_earlier_runs_drafts_from_the_first_step():
     assert earlier.acceptance.take_counts() == {}  # counted once
 
 
+def test_what_one_prompt_taught_a_kind_joins_its_long_run_rate_and_the_next_prompt_leads():
+    """In an edit a 4-token match copied the file for long runs; in the summary asked next,
+    the same kind's copies are wrong from their first token. Carried over as recent
+    evidence, the edit would keep the summary drafting for ~20 steps; as part of the
+    long-run rate (a prior of two steps), it gives way to the summary's first rejections."""
+    c = controller_with_costs({1: 1.0, 2: 1.5, 3: 1.8, 9: 5.0})
+    key = "lookup/n4-7/c/p"
+    c.acceptance.new_context()  # the edit
+    for _ in range(30):
+        c.record(key, 8, 8, 9, 5.0)
+    assert c.choose(key, 8) == 8
+    c.acceptance.new_context()  # the summary
+    assert c.choose(key, 8) == 8  # the long-run rate: copies run long
+    for _ in range(3):
+        c.record(key, 8, 0, 9, 5.0)
+    assert c.choose(key, 8, explore=False) == 0
+
+
 def test_counts_that_are_not_the_models_own_are_not_seeded():
     c = DraftController(max_k=4)
     c.acceptance.seed({"a": [[2.0], [1.0]], "b": "x", "c": [[1.0, 1.0], [1.0]], "d": [[float("nan")], [1.0]],

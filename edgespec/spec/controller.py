@@ -41,7 +41,13 @@ class AcceptanceModel:
     one (`seed`), else a flat `prior`: at 0.5 a kind drafts nothing where two tokens
     cost over 1.5x one (E(1) = 1.5) until a probe (greedy: until the text shows what a
     declined draft would have verified, `edgespec.spec.hindsight`), so a new process, or
-    chat's first turn, would decode plainly at first even where the kind has always paid."""
+    chat's first turn, would decode plainly at first even where the kind has always paid.
+
+    Evidence belongs to one prompt (`new_context`): the same kind is accepted very
+    differently in different texts (a 4-token match copies a file under edit for dozens of
+    tokens, a summary's source for a few), so what one prompt taught would misprice the next
+    one's drafts for ~20 steps. Between prompts it joins the long-run rate each kind
+    restarts from."""
 
     max_k: int
     prior: float = 0.5
@@ -51,6 +57,7 @@ class AcceptanceModel:
     _tries: dict[str, np.ndarray] = field(default_factory=dict)
     _priors: dict[str, np.ndarray] = field(default_factory=dict)  # per-position priors from earlier runs
     _counts: dict[str, list[np.ndarray]] = field(default_factory=dict)  # undecayed, since take_counts
+    _long: dict[str, list[np.ndarray]] = field(default_factory=dict)  # undecayed: seeded, and this process's
     # E(j) for j = 0..max_k per kind, until its evidence changes: asked several times a
     # step (every proposal auto weighs, then the one verified), changed once at most
     _expected: dict[str, np.ndarray] = field(default_factory=dict)
@@ -87,9 +94,10 @@ class AcceptanceModel:
             a *= self.decay
             t *= self.decay
         ca, ct = self._counts.setdefault(key, [np.zeros(self.max_k), np.zeros(self.max_k)])
-        for tried in (t, ct):
+        la, lt = self._long.setdefault(key, [np.zeros(self.max_k), np.zeros(self.max_k)])
+        for tried in (t, ct, lt):
             tried[start:reached] += 1
-        for accepted in (a, ca):
+        for accepted in (a, ca, la):
             accepted[start:n_accepted] += 1
 
     def take_counts(self) -> dict[str, list[list[float]]]:
@@ -106,10 +114,19 @@ class AcceptanceModel:
         for key, ev in counts.items():
             c = acceptance_counts(ev)
             if c is not None:  # else not counts this model wrote
-                a, t = np.zeros(self.max_k), np.zeros(self.max_k)
+                a, t = self._long.setdefault(key, [np.zeros(self.max_k), np.zeros(self.max_k)])
                 n = min(self.max_k, c.shape[1])
-                a[:n], t[:n] = c[0, :n], c[1, :n]
+                a[:n] += c[0, :n]
+                t[:n] += c[1, :n]
                 self._priors[key] = self._posterior(a, t)
+
+    def new_context(self) -> None:
+        """A new prompt: every kind restarts from its long-run rate, which now includes
+        what the prompts before this one taught."""
+        self._priors = {key: self._posterior(a, t) for key, (a, t) in self._long.items()}
+        self._acc.clear()
+        self._tries.clear()
+        self._expected.clear()
 
     def expected_tokens(self, key: str, k: int) -> np.ndarray:
         """E(j) for j = 0..k: expected tokens per step when drafting j tokens."""

@@ -309,7 +309,8 @@ class Engine:
 
     def _begin_drafter(self, history: list[int], params: SamplingParams, rng: np.random.Generator,
                        st: GenerationStats) -> Hindsight | None:
-        """Seed acceptance from earlier processes, let the drafter read the prompt; the
+        """Seed acceptance from earlier processes, start this prompt's acceptance evidence
+        afresh (`AcceptanceModel.new_context`), let the drafter read the prompt; the
         hindsight learner for this generation (greedy only: a sampled token is one draw,
         not the verdict on a draft)."""
         drafter, path = self.drafter, self.backend.path
@@ -317,6 +318,7 @@ class Engine:
             # sampled acceptance depends on the temperature: only greedy runs are kept and read
             self._seeded = True
             self.controller.acceptance.seed(calibration.load_kinds(path, model_drafters(drafter)))
+        self.controller.acceptance.new_context()
         if drafter is None:
             return None
         t0 = time.perf_counter()
