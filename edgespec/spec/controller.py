@@ -55,7 +55,7 @@ class AcceptanceModel:
     decay: float = 0.95  # evidence fades over ~20 steps: a code block, then prose, is followed quickly
     _acc: dict[str, np.ndarray] = field(default_factory=dict)
     _tries: dict[str, np.ndarray] = field(default_factory=dict)
-    _priors: dict[str, np.ndarray] = field(default_factory=dict)  # per-position priors from earlier runs
+    _priors: dict[str, np.ndarray] = field(default_factory=dict)  # per-position: each kind's long-run rate
     _counts: dict[str, list[np.ndarray]] = field(default_factory=dict)  # undecayed, since take_counts
     _long: dict[str, list[np.ndarray]] = field(default_factory=dict)  # undecayed: seeded, and this process's
     # E(j) for j = 0..max_k per kind, until its evidence changes: asked several times a
