@@ -275,7 +275,20 @@ def regenerate(text: str, root: Path) -> str:
     return "".join(out) + text[pos:]
 
 
-if __name__ == "__main__":  # python -m edgespec.bench.record PAGE.md ...: rewrite their tables in place
-    for page in sys.argv[1:]:
+def main(pages: list[str]) -> int:
+    """python -m edgespec.bench.record PAGE.md ...: rewrite their tables in place."""
+    if not pages or any(p.startswith("-") for p in pages):
+        print("usage: python -m edgespec.bench.record PAGE.md ...  (regenerates the bench tables in each page)")
+        return 0 if pages and pages[0] in ("-h", "--help") else 2
+    for page in pages:
         p = Path(page)
-        p.write_text(regenerate(p.read_text(), Path(os.getcwd())))
+        try:
+            p.write_text(regenerate(p.read_text(), Path(os.getcwd())))
+        except (OSError, ValueError) as e:  # a missing page or record, a marker without its end, bad JSON
+            print(f"error: {page}: {e}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
