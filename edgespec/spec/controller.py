@@ -93,12 +93,20 @@ class AcceptanceModel:
         if start == 0:
             a *= self.decay
             t *= self.decay
-        ca, ct = self._counts.setdefault(key, [np.zeros(self.max_k), np.zeros(self.max_k)])
-        la, lt = self._long.setdefault(key, [np.zeros(self.max_k), np.zeros(self.max_k)])
+        ca, ct = self._pair(self._counts, key)
+        la, lt = self._pair(self._long, key)
         for tried in (t, ct, lt):
             tried[start:reached] += 1
         for accepted in (a, ca, la):
             accepted[start:n_accepted] += 1
+
+    def _pair(self, table: dict[str, list[np.ndarray]], key: str) -> list[np.ndarray]:
+        """[accepted, tried] per position of `key` in one of the undecayed tables, created at
+        zero on first use (not as a setdefault default: record() runs every step)."""
+        pair = table.get(key)
+        if pair is None:
+            pair = table[key] = [np.zeros(self.max_k), np.zeros(self.max_k)]
+        return pair
 
     def take_counts(self) -> dict[str, list[list[float]]]:
         """[accepted, tried] per position of every kind since the last call, undecayed:
@@ -114,7 +122,7 @@ class AcceptanceModel:
         for key, ev in counts.items():
             c = acceptance_counts(ev)
             if c is not None:  # else not counts this model wrote
-                a, t = self._long.setdefault(key, [np.zeros(self.max_k), np.zeros(self.max_k)])
+                a, t = self._pair(self._long, key)
                 n = min(self.max_k, c.shape[1])
                 a[:n] += c[0, :n]
                 t[:n] += c[1, :n]
