@@ -142,11 +142,10 @@ class LlamaServer:
 
 def decode_timing(answer: dict, is_eog: Callable[[int], bool]) -> tuple[list[int], float, int, int]:
     """(tokens without end-of-generation ones, seconds from the first token to the last,
-    drafted, accepted) from a /completion answer. The server times `predicted_n` tokens
-    from the end of the prompt; as in the bench's other rows, the first token's share
-    is left out."""
+    drafted, accepted) from a /completion answer. The server's `predicted_ms` runs from
+    its first token, which came with the prompt, to its last: the same span as the bench's
+    other rows (it reports `predicted_per_second` as `predicted_n` - 1 over it)."""
     tokens = [int(t) for t in answer.get("tokens", []) if not is_eog(int(t))]
     t = answer.get("timings", {})
-    n = max(int(t.get("predicted_n", len(tokens))), 1)
-    seconds = float(t.get("predicted_ms", 0.0)) / 1000.0 * (n - 1) / n
+    seconds = float(t.get("predicted_ms", 0.0)) / 1000.0
     return tokens, seconds, int(t.get("draft_n", 0) or 0), int(t.get("draft_n_accepted", 0) or 0)
