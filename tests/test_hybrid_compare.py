@@ -1,10 +1,11 @@
-"""A hybrid against the best single drafter it mixes: a ratio with the precision the
-bench's prompts allow, not one aggregate that noise can tip either way."""
+"""A hybrid against the best single drafter it mixes, and a method against the best peer:
+ratios with the precision the bench's prompts allow, not one aggregate that noise can tip
+either way."""
 
 import numpy as np
 
 from edgespec.bench.common import Run
-from edgespec.bench.hybrid_compare import against_best_member, against_plain, members, verdict
+from edgespec.bench.hybrid_compare import against_best_member, against_best_peer, against_plain, members, verdict
 
 
 def bench_runs(speeds: dict[str, float], prompts: int = 8, noise: float = 0.05, seed: int = 0) -> dict:
@@ -59,3 +60,36 @@ def test_every_drafter_gets_an_interval_over_prompts_around_its_ratio_to_plain()
                for s in range(20)]
     assert sum(sp[("auto", "chat")][0] < 1.03 < sp[("auto", "chat")][1] for sp in spreads) >= 14
     assert all(("auto", "all") in sp and ("plain", "chat") not in sp for sp in spreads)
+
+
+SERVER_TYPES = ["llama-server:ngram-mod", "llama-server:ngram-simple", "llama-server:ngram-map-k"]
+
+
+def server_plain(name: str) -> str:
+    return "llama-server" if name.startswith("llama-server:") else "plain"
+
+
+def test_against_peer_types_that_draft_nothing_the_best_of_them_is_noise_and_measured_so():
+    """Open chat, where no method drafts: every speed-up is 1 and only the timing moves.
+    Picked per bench as the best of three, the peer's speed-up looks like a gain and the
+    method looks behind it, but the interval covers 1 in most of twenty benches."""
+    speeds = {"plain": 30.0, "auto": 30.0, "llama-server": 31.0, **{t: 31.0 for t in SERVER_TYPES}}
+    found = [against_best_peer(bench_runs(speeds, seed=s), ["chat"], server_plain, ["auto"], SERVER_TYPES)
+             [("auto", "chat")] for s in range(20)]
+    assert sum(c["ratio"] < 1.0 for c in found) >= 14  # the pick favours the peer
+    assert sum(verdict(c) == "no difference measured" for c in found) >= 14
+    assert all(c["best_peer"] in SERVER_TYPES and c["prompts"] == 8 for c in found)
+
+
+def test_a_method_whose_gain_beats_every_peer_types_is_measured_faster():
+    speeds = {"plain": 30.0, "lookup": 36.0, "llama-server": 31.0, "llama-server:ngram-mod": 32.0,
+              "llama-server:ngram-simple": 31.0}
+    c = against_best_peer(bench_runs(speeds, prompts=12, noise=0.02), ["chat"], server_plain, ["lookup"],
+                          SERVER_TYPES)[("lookup", "all")]
+    assert c["best_peer"] == "llama-server:ngram-mod" and verdict(c) == "faster in this run"
+    assert abs(c["ratio"] - (36 / 30) / (32 / 31)) < 0.05
+
+
+def test_without_peer_rows_nothing_is_compared_with_a_peer():
+    assert against_best_peer(bench_runs({"plain": 30.0, "auto": 31.0}), ["chat"], server_plain, ["auto"],
+                             SERVER_TYPES) == {}

@@ -1,5 +1,6 @@
-"""A hybrid drafter against the best of its members, and every method against plain,
-from one bench run, each ratio with an interval over the run's prompts.
+"""A hybrid drafter against the best of its members, every method against plain, and
+every edgespec method against the best peer, from one bench run, each ratio with an
+interval over the run's prompts.
 
 `auto` mixes the model-free drafters step by step, `auto+MODEL` adds a model drafter;
 either should be at least as fast as the best single drafter it mixes. Two prompts
@@ -8,7 +9,11 @@ cannot show it: here each category's ratio comes with an interval, resampling it
 prompts (the bench ran every method on the same prompts, interleaved, so the
 comparison is paired prompt by prompt). The best member is picked on the whole
 sample and kept fixed while resampling: that favours the member, not the hybrid.
-A method's "x plain" gets the same interval.
+A method's "x plain" gets the same interval, and so does its speed-up against the best
+peer's (llama-server's best speculation type, over llama-server's own plain). That peer is
+picked per category on the whole sample, the best of several noisy ratios: where no type
+drafts much (open chat) the pick is the one whose timing happened to run fast, so the
+interval is what says whether a method is behind it.
 
 The interval is this run's prompts' spread only. Each method's controller learns
 from one prompt to the next, and a text that parts from plain's at a near-tie
@@ -94,14 +99,45 @@ def _per_prompt(runs: Mapping[tuple[str, str], Sequence], name: str, categories:
     return np.concatenate([_speeds(runs.get((name, c), [])) for c in cats])
 
 
+def against_best_peer(runs: Mapping[tuple[str, str], Sequence], categories: Sequence[str],
+                      plain_of: Callable[[str], str], mine: Sequence[str], peers: Sequence[str],
+                      seed: int = 0) -> dict[tuple[str, str], dict]:
+    """(method, category) -> the peer type with the best speed-up over its plain (each of
+    `peers` against `plain_of` it), the method's speed-up over that one's, and a paired
+    bootstrap interval of that ratio over the category's prompts; for each of `mine`."""
+    names = dict.fromkeys(n for n, _ in runs)
+    out: dict[tuple[str, str], dict] = {}
+    rng = np.random.default_rng(seed)
+    for cat in [*categories, "all"]:
+        per = {n: _per_prompt(runs, n, categories, cat) for n in names}
+        usable = {n for n, s in per.items() if len(s) and s[:, 1].sum() > 0}
+        ran = [p for p in peers if {p, plain_of(p)} <= usable]
+        if not ran:
+            continue
+        best = max(ran, key=lambda p: float(_tps(per[p]) / _tps(per[plain_of(p)])))
+        for name in mine:
+            rows = [per[n] for n in (name, plain_of(name), best, plain_of(best)) if n in usable]
+            if len(rows) == 4 and len({len(r) for r in rows}) == 1:
+                ratio, interval = _paired(rows, lambda a, a0, b, b0: a / a0 / (b / b0), rng)
+                out[(name, cat)] = {"best_peer": best, "ratio": ratio, "interval": interval, "prompts": len(rows[0])}
+    return out
+
+
 def paired_ratio(a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> tuple[float, list[float]]:
     """a's tokens/s over b's on the same prompts ([tokens, seconds] rows, paired), and the
     INTERVAL of that ratio when the prompts are resampled, each prompt's pair kept together."""
-    pick = rng.integers(0, len(a), size=(RESAMPLES, len(a)))
+    return _paired([a, b], np.divide, rng)
+
+
+def _paired(rows: Sequence[np.ndarray], f: Callable[..., np.ndarray],
+            rng: np.random.Generator) -> tuple[float, list[float]]:
+    """f of the rows' tokens/s (their prompts paired), and its INTERVAL when the prompts are
+    resampled, each prompt's rows kept together."""
+    pick = rng.integers(0, len(rows[0]), size=(RESAMPLES, len(rows[0])))
     with np.errstate(divide="ignore", invalid="ignore"):  # a resample of one-token answers only
-        spread = _tps(a[pick]) / _tps(b[pick])
+        spread = f(*(_tps(r[pick]) for r in rows))
     lo, hi = np.nanquantile(spread[np.isfinite(spread)], [(1 - INTERVAL) / 2, (1 + INTERVAL) / 2])
-    return round(float(_tps(a) / _tps(b)), 3), [round(float(lo), 3), round(float(hi), 3)]
+    return round(float(f(*(_tps(r) for r in rows))), 3), [round(float(lo), 3), round(float(hi), 3)]
 
 
 def verdict(c: dict) -> str:

@@ -26,7 +26,7 @@ from edgespec.api import EdgeSpec
 from edgespec.bench import llama_server
 from edgespec.bench.common import Run, encode_prompt, print_wide, timed
 from edgespec.bench.hf_assisted import hf_methods
-from edgespec.bench.hybrid_compare import INTERVAL, against_best_member, against_plain, verdict
+from edgespec.bench.hybrid_compare import INTERVAL, against_best_member, against_best_peer, against_plain, verdict
 from edgespec.bench.llama_server import NAME, decode_timing
 from edgespec.bench.oracle import lookup_oracle_time
 from edgespec.bench.replay import REPLAYABLE, replay
@@ -470,9 +470,13 @@ def _annotate(rows: list[dict], runs: dict, methods: dict, cats: list[str], othe
               costs: Sequence[float] | None, curves: dict, servers: list) -> None:
     """What a row is compared with beyond its plain: the best peer, the prompts' spread, the
     best member of a hybrid; the batch costs a replay was priced at; how a peer ran."""
-    _against_best_peer(rows)
+    def plain_of(name: str) -> str:
+        return _plain_of(name, methods)
+
     compared = against_best_member(runs, cats)
-    spread = against_plain(runs, cats, lambda name: _plain_of(name, methods))
+    spread = against_plain(runs, cats, plain_of)
+    mine = [n for n in methods if _measured_edgespec(n) and plain_of(n) != n]
+    peers = against_best_peer(runs, cats, plain_of, mine, [n for n in methods if n.startswith(NAME + ":")])
     server_commands = {s.label: s.command for s in servers}
     for r in rows:
         if r["category"] == "all" and r["drafter"] in server_commands:
@@ -482,6 +486,9 @@ def _annotate(rows: list[dict], runs: dict, methods: dict, cats: list[str], othe
         r["other_cores"] = other_cores
         if r["category"] in compared.get(r["drafter"], {}):
             r["against_best_member"] = compared[r["drafter"]][r["category"]]
+        if (r["drafter"], r["category"]) in peers:
+            r["against_best_peer"] = peers[(r["drafter"], r["category"])]
+            r["x_best_peer"] = r["against_best_peer"]["ratio"]
         if r["drafter"] == ORACLE or r["drafter"].startswith(REPLAY):
             r["batch_costs_ms"] = [round(1000 * float(c), 3) for c in costs[1:]]  # batch sizes 1, 2, ...
         curve = curves.get(r["drafter"].removesuffix("plain")) if r["category"] == "all" else None
@@ -509,19 +516,9 @@ def _print_curves(es: dict, on_device: dict, others: list[str], console: Console
     return curves
 
 
-def _against_best_peer(rows: list[dict]) -> None:
-    """Each edgespec method's speed-up over plain against the best llama-server type's over
-    llama-server's own plain, per category (`x_best_peer`); nothing without peer rows."""
-    best: dict[str, float] = {}
-    for r in rows:
-        if r["drafter"].startswith(NAME + ":") and r["ratio_to_plain"]:
-            best[r["category"]] = max(best.get(r["category"], 0.0), r["ratio_to_plain"])
-    for r in rows:
-        name = r["drafter"]
-        # measured edgespec rows only: a replay or the oracle is priced, not run against the peer
-        mine = r["ratio_to_plain"] and name not in (PLAIN, LCP, PEER) and not name.startswith((NAME, "hf:", ORACLE, REPLAY))
-        if mine and r["category"] in best:
-            r["x_best_peer"] = round(r["ratio_to_plain"] / best[r["category"]], 3)
+def _measured_edgespec(name: str) -> bool:
+    """An edgespec method that ran (not a peer, a replay or the oracle, which are priced)."""
+    return name not in (PLAIN, LCP, PEER) and not name.startswith((NAME, "hf:", ORACLE, REPLAY))
 
 
 def _report_load(load: OtherLoad, threads: int, console: Console) -> float | None:
@@ -602,6 +599,7 @@ def print_rows(rows: list[dict], console: Console) -> None:
         )
     print_wide(console, t, 160)
     print_hybrids(rows, console)
+    print_against_peers(rows, console)
     print_fastest(rows, console)
 
 
@@ -625,6 +623,24 @@ def print_fastest(rows: list[dict], console: Console) -> None:
         console.print(f"{cat}: {ranked[0]['drafter']} decodes fastest end to end ({ranked[0]['tokens_per_s']:.2f} tok/s; "
                       "the best of each other runtime: " + ", ".join(f"{r['drafter']} {r['tokens_per_s']:.2f}"
                                                                   for r in ranked[1:]) + ")", highlight=False)
+
+
+def print_against_peers(rows: list[dict], console: Console) -> None:
+    """Each edgespec method's speed-up against the best llama-server type's, with the
+    precision this run allows (hybrid_compare.against_best_peer)."""
+    compared = [r for r in rows if "against_best_peer" in r]
+    if not compared:
+        return
+    t = Table("category", "method", "best type", "its x plain", "x best peer", f"{INTERVAL:.0%} interval", "prompts",
+              "measured", title="speed-up against the best llama-server --spec-type's, each over its own plain "
+              "(paired by prompt, resampled)")
+    peer_ratio = {(r["drafter"], r["category"]): r["ratio_to_plain"] for r in rows}
+    for r in compared:
+        c = r["against_best_peer"]
+        t.add_row(r["category"], r["drafter"], c["best_peer"].removeprefix(NAME + ":"),
+                  f"{peer_ratio[(c['best_peer'], r['category'])]:.3f}",
+                  f"{c['ratio']:.3f}", "{:.3f}-{:.3f}".format(*c["interval"]), str(c["prompts"]), verdict(c))
+    print_wide(console, t, 120)
 
 
 def print_hybrids(rows: list[dict], console: Console) -> None:
