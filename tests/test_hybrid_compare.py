@@ -93,3 +93,8 @@ def test_a_method_whose_gain_beats_every_peer_types_is_measured_faster():
 def test_without_peer_rows_nothing_is_compared_with_a_peer():
     assert against_best_peer(bench_runs({"plain": 30.0, "auto": 31.0}), ["chat"], server_plain, ["auto"],
                              SERVER_TYPES) == {}
+
+
+def test_one_prompt_has_no_spread_and_shows_no_verdict():
+    c = against_best_member(bench_runs({"lookup": 30.0, "auto": 40.0}, prompts=1), ["chat"])["auto"]["chat"]
+    assert c["interval"] == [c["ratio"], c["ratio"]] and verdict(c) == "one prompt: no interval"

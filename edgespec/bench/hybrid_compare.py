@@ -141,7 +141,10 @@ def _paired(rows: Sequence[np.ndarray], f: Callable[..., np.ndarray],
 
 
 def verdict(c: dict) -> str:
-    """What one comparison shows, in words: a ratio measured to a precision says no more."""
+    """What one comparison shows, in words: a ratio measured to a precision says no more.
+    One prompt has no spread to resample, so it shows nothing either way."""
+    if c["prompts"] < 2:
+        return "one prompt: no interval"
     lo, hi = c["interval"]
     if lo >= 1.0:
         return "faster in this run"
