@@ -226,7 +226,6 @@ def test_bench_sets_edgespec_against_llama_servers_own_speculation(smollm2_path,
     assert mod["server_command"].endswith("--spec-type ngram-mod")
 
 
-
 @pytest.mark.real_model
 def test_llama_servers_tokens_per_second_are_read_as_it_reports_them(smollm2_path):
     """The bench counts a server's decoding like its own: the tokens after the first over the
@@ -243,6 +242,7 @@ def test_llama_servers_tokens_per_second_are_read_as_it_reports_them(smollm2_pat
     tokens, seconds, _, _ = llama_server.decode_timing(answer, lambda t: False)
     assert len(tokens) == answer["timings"]["predicted_n"] == 24
     assert (len(tokens) - 1) / seconds == pytest.approx(answer["timings"]["predicted_per_second"], rel=1e-6)
+
 
 def psutil_children_named(name):
     import psutil
