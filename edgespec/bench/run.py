@@ -638,8 +638,7 @@ def print_against_peers(rows: list[dict], console: Console) -> None:
     for r in compared:
         c = r["against_best_peer"]
         t.add_row(r["category"], r["drafter"], c["best_peer"].removeprefix(NAME + ":"),
-                  f"{peer_ratio[(c['best_peer'], r['category'])]:.3f}",
-                  f"{c['ratio']:.3f}", "{:.3f}-{:.3f}".format(*c["interval"]), str(c["prompts"]), verdict(c))
+                  f"{peer_ratio[(c['best_peer'], r['category'])]:.3f}", *_measured_cells(c))
     print_wide(console, t, 120)
 
 
@@ -652,6 +651,10 @@ def print_hybrids(rows: list[dict], console: Console) -> None:
               title="hybrids against the best single drafter they mix (paired by prompt, resampled)")
     for r in compared:
         c = r["against_best_member"]
-        t.add_row(r["category"], r["drafter"], c["best_member"], f"{c['ratio']:.3f}",
-                  "{:.3f}-{:.3f}".format(*c["interval"]), str(c["prompts"]), verdict(c))
+        t.add_row(r["category"], r["drafter"], c["best_member"], *_measured_cells(c))
     print_wide(console, t, 120)
+
+
+def _measured_cells(c: dict) -> list[str]:
+    """A paired comparison's ratio, its interval, its prompts and what it shows."""
+    return [f"{c['ratio']:.3f}", "{:.3f}-{:.3f}".format(*c["interval"]), str(c["prompts"]), verdict(c)]
