@@ -137,9 +137,13 @@ def test_bench_replays_text_only_drafters_on_plains_own_output(smollm2_path, tmp
     # monotone: a real controller can edge past it, never far
     assert replayed["acceptance_rate"] > 0 and 0 < replayed["ratio_to_plain"] <= oracle["ratio_to_plain"] * 1.1
     assert ("replay:auto", "code") not in rows  # auto's recycling reads logits a replay does not have
-    # priced at the curve timed after the runs, which the bench prints and the rows keep
+    # priced at the curve timed after each of the three categories (the median per size),
+    # which the bench prints and the rows keep
+    assert "batch cost timed after each category (3 timings, median per size)" in r.stderr
     assert "oracle and replay rows priced at" in r.stderr
     assert replayed["batch_costs_ms"] == oracle["batch_costs_ms"] and replayed["batch_costs_ms"][0] > 0
+    plain = rows[("plain", "all")]
+    assert plain["batch_costs_ms"] == oracle["batch_costs_ms"] and plain["batch_cost_timings"] == 3
     assert "other processes kept" in r.stderr  # how busy the cores were while it timed
     # auto mixes lookup with other drafters: it is set against lookup, with the run's precision
     mixed = rows[("auto", "all")]["against_best_member"]

@@ -62,3 +62,17 @@ def test_the_readme_opens_with_the_two_set_up_commands_and_ci_runs_the_second():
     assert len(commands) == 2
     ci = (ROOT / ".ci" / "run").read_text()
     assert "./install.sh --dev" in ci and "python3 -m pytest" in ci
+
+
+def test_a_curve_table_says_how_its_record_timed_the_curves():
+    machine = {"cpu": "Some CPU", "physical_cores": 2, "logical_cores": 2, "simd": ["avx2"], "llama_cpp": "x"}
+    plain = {"drafter": "plain", "category": "all", "batch_costs_ms": [30.0, 54.0, 66.0]}
+
+    def table(row: dict) -> str:
+        return markdown({"model": "m", "date": "2026-01-01", "command": "edgespec bench", "machine": machine,
+                         "rows": [row]}, "curves")
+
+    assert "| llama.cpp | 30.0 | 1.80 | 2.20 | - |" in table(plain)
+    assert "Each size the median of 3 timings, one after each category's prompts." in table(
+        {**plain, "batch_cost_timings": 3})
+    assert "Timed once, after the runs." in table(plain)  # a record from before the count was kept

@@ -247,17 +247,26 @@ CURVE_SIZES = (2, 3, 4, 5, 8, 12, 16)
 
 
 def _curves(rows: list[dict]) -> list[str]:
-    """Each runtime's batch-cost curve, timed after the runs: one token in ms, and a batch of
-    n tokens in units of one token (what a draft of n - 1 tokens costs to verify)."""
+    """Each runtime's batch-cost curve: one token in ms, and a batch of n tokens in units of
+    one token (what a draft of n - 1 tokens costs to verify), and how the bench timed it."""
     out = ["| runtime | 1 token, ms | " + " | ".join(f"{n} tokens" for n in CURVE_SIZES) + " |",
            "|---|---:|" + "---:|" * len(CURVE_SIZES)]
+    timings = set()
     for r in rows:
         if r["category"] == "all" and r["drafter"].endswith("plain") and r.get("batch_costs_ms"):
             ms = r["batch_costs_ms"]  # batch sizes 1, 2, ...
             runtime = "llama.cpp" if r["drafter"] == "plain" else r["drafter"].split(":")[0]
             out.append(f"| {runtime} | {ms[0]:.1f} | " + " | ".join(f"{ms[n - 1] / ms[0]:.2f}" if n <= len(ms) else "-"
                                                               for n in CURVE_SIZES) + " |")
-    return out
+            timings.add(r.get("batch_cost_timings"))
+    return out + ["", _how_timed(timings)]
+
+
+def _how_timed(timings: set) -> str:
+    """A record without a count predates timing during the run: it timed its curves once, after the runs."""
+    n = max((t for t in timings if t), default=1)
+    return f"Each size the median of {n} timings, one after each category's prompts." if n > 1 else \
+        "Timed once, after the runs."
 
 
 def _categories(rows: list[dict]) -> list[str]:

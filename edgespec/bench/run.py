@@ -25,6 +25,7 @@ from rich.table import Table
 from edgespec.api import EdgeSpec
 from edgespec.bench import llama_server
 from edgespec.bench.common import Run, encode_prompt, print_wide, timed
+from edgespec.bench.curves import BatchCurves
 from edgespec.bench.hf_assisted import hf_methods
 from edgespec.bench.hybrid_compare import INTERVAL, against_best_member, against_best_peer, against_plain, verdict
 from edgespec.bench.llama_server import NAME, decode_timing
@@ -104,6 +105,12 @@ class _Edgespec:
         return Run(toks, dt, st.drafted, st.accepted, st.overhead_ms_per_token, st.steps,
                    list(zip(st.position_tried, st.position_accepted)), after[0] - before[0],
                    after[1] - before[1], {k: list(v) for k, v in st.by_key.items()})
+
+    def time_curve(self) -> dict[int, float]:
+        """Every batch size timed now on this engine's backend, from an empty context
+        (seconds by size). Only a plain engine's: a drafter's would lose the curve it learned."""
+        self.llm.reset()
+        return self.llm.engine.calibrate(fresh=True, save=False)
 
 
 class _Peer:
@@ -234,22 +241,22 @@ def _run_bench(
     for dev in others:
         methods.update(setup.on_device(path, model, dev, warm, console))
     load = OtherLoad(own=tuple(s.proc.pid for s in servers))  # the peers' decoding is the bench's own
-    runs, identical = _interleave(methods, encoded, max_tokens, params, console)
+    timed_curves = BatchCurves(setup.plain_engines())
+    runs, identical = _interleave(methods, encoded, max_tokens, params, console, timed_curves.time)
     other_cores = _report_load(load, threads, console)
     cats = list(dict.fromkeys(c for c, _ in encoded))
-    exports = list(dict.fromkeys(n.split(":")[0] for n in setup.on_onnx))
-    curves = _print_curves(es, {**setup.on_device_rows, **setup.on_onnx}, [*others, *exports], console)
-    costs = next(iter(es.values())).llm.engine.controller.cost.costs() if es else None
+    curves = timed_curves.print(console)
+    costs = _priced_at(setup.plain, curves[""]) if es else None
     oracle = _oracle_times(encoded, runs, costs, cats, console) if es else {}
     replayed = _replays(drafters, encoded, runs, es, path, max_draft, draft_min, costs) if es and params.greedy else {}
     rows = _rows(methods, runs, identical, cats, oracle, replayed)
-    _annotate(rows, runs, methods, cats, other_cores, costs, curves, servers)
+    _annotate(rows, runs, methods, cats, other_cores, costs, timed_curves, servers)
     return rows
 
 
 class _Setup:
-    """Loads the methods of each runtime and device; remembers the ONNX and device engines,
-    whose batch-cost curves are printed after the runs."""
+    """Loads the methods of each runtime and device; remembers each one's plain engine, on
+    which the batch-cost curves are timed."""
 
     def __init__(self, drafters: list[str], ctx: int, threads: int, max_draft: int, draft_min: int,
                  params: SamplingParams) -> None:
@@ -257,6 +264,13 @@ class _Setup:
         self.max_draft, self.draft_min, self.params = max_draft, draft_min, params
         self.on_onnx: dict[str, _Edgespec] = {}
         self.on_device_rows: dict[str, _Edgespec] = {}
+        self.plain: _Edgespec | None = None  # llama.cpp's on the CPU
+
+    def plain_engines(self) -> dict[str, _Edgespec]:
+        """Each runtime's and device's plain engine, by the prefix of its rows ("" for llama.cpp's on the CPU)."""
+        others = {n.removesuffix(PLAIN): g for n, g in {**self.on_device_rows, **self.on_onnx}.items()
+                  if n.endswith(":" + PLAIN)}
+        return {"": self.plain, **others} if self.plain else others
 
     def _engines(self, backend: Backend, device: str = "cpu") -> dict[str, _Edgespec]:
         return _on_one_backend(backend, self.drafters, self.ctx, self.threads, self.max_draft, self.draft_min,
@@ -268,7 +282,7 @@ class _Setup:
         `peer`, each ONNX export's. Also returns the drafters' engines by drafter, and plain's
         engine, whose tokenizer and backend the others share."""
         es = self._engines(open_backend(path, n_ctx=self.ctx, threads=self.threads))
-        plain = es.pop(PLAIN)
+        plain = self.plain = es.pop(PLAIN)
         tmpl = plain.llm
         eog = tmpl.tokenizer.is_eog
         methods: dict[str, Callable] = {PLAIN: plain.run}
@@ -345,9 +359,10 @@ def _encoded(prompts: list[dict], tmpl: EdgeSpec, max_tokens: int, ctx: int) -> 
 
 
 def _interleave(methods: dict[str, Callable], encoded: list[tuple[str, list[int]]], max_tokens: int,
-                params: SamplingParams, console: Console) -> tuple[dict, dict]:
-    """Every method on every prompt, prompt by prompt. Returns the runs by (method, category),
-    in prompt order, and for greedy decoding how many of them wrote their plain row's text."""
+                params: SamplingParams, console: Console, after_category: Callable[[], None]) -> tuple[dict, dict]:
+    """Every method on every prompt, prompt by prompt, and `after_category` after each category's
+    last prompt. Returns the runs by (method, category), in prompt order, and for greedy decoding
+    how many of them wrote their plain row's text."""
     from rich.progress import Progress
 
     runs: dict[tuple[str, str], list[Run]] = defaultdict(list)
@@ -355,6 +370,7 @@ def _interleave(methods: dict[str, Callable], encoded: list[tuple[str, list[int]
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("bench", total=len(encoded) * len(methods))
         names = list(methods)
+        last = {cat: i for i, (cat, _) in enumerate(encoded)}
         for i, (cat, ids) in enumerate(encoded):
             # the order turns by one method per prompt: a method that always ran right after
             # another would inherit that one's effect on the cores and caches
@@ -370,6 +386,9 @@ def _interleave(methods: dict[str, Callable], encoded: list[tuple[str, list[int]
                     for c in (cat, "all"):
                         identical[(name, c)][0] += now[name].tokens == now[ref].tokens
                         identical[(name, c)][1] += 1
+            if i == last[cat]:
+                bar.update(task, description=f"{cat}: timing batch costs")
+                after_category()
     return runs, identical
 
 
@@ -467,9 +486,10 @@ def _row(name: str, cat: str, t: _Totals, base_tps: float, identical: dict) -> d
 
 
 def _annotate(rows: list[dict], runs: dict, methods: dict, cats: list[str], other_cores: float | None,
-              costs: Sequence[float] | None, curves: dict, servers: list) -> None:
+              costs: Sequence[float] | None, timed_curves: BatchCurves, servers: list) -> None:
     """What a row is compared with beyond its plain: the best peer, the prompts' spread, the
-    best member of a hybrid; the batch costs a replay was priced at; how a peer ran."""
+    best member of a hybrid; the batch costs a replay was priced at, and each runtime's curve; how a
+    peer ran."""
     def plain_of(name: str) -> str:
         return _plain_of(name, methods)
 
@@ -478,6 +498,7 @@ def _annotate(rows: list[dict], runs: dict, methods: dict, cats: list[str], othe
     mine = [n for n in methods if _measured_edgespec(n) and plain_of(n) != n]
     peers = against_best_peer(runs, cats, plain_of, mine, [n for n in methods if n.startswith(NAME + ":")])
     server_commands = {s.label: s.command for s in servers}
+    curves = timed_curves.medians()
     for r in rows:
         if r["category"] == "all" and r["drafter"] in server_commands:
             r["server_command"] = server_commands[r["drafter"]]
@@ -494,26 +515,14 @@ def _annotate(rows: list[dict], runs: dict, methods: dict, cats: list[str], othe
         curve = curves.get(r["drafter"].removesuffix("plain")) if r["category"] == "all" else None
         if curve and r["drafter"].endswith("plain"):
             r["batch_costs_ms"] = [round(1000 * curve[n], 3) for n in sorted(curve)]
+            r["batch_cost_timings"] = len(timed_curves.timings)  # the median of that many
 
 
-def _print_curves(es: dict, on_device: dict, others: list[str], console: Console) -> dict[str, dict[int, float]]:
-    """Every batch size timed once more after the runs, on the first engine of each device
-    and runtime (llama.cpp, ONNX Runtime): what the oracle and replay rows are priced at
-    (decoding measures only the sizes it runs). Nothing is cached: the engines' own
-    curves are what decoding learned. Returns each curve (seconds by batch size) by the
-    prefix of its rows ("" for llama.cpp's, "onnx:", "gpu:")."""
-    engines = [("", next(iter(es.values())))] if es else []
-    for dev in others:
-        g = next((g for n, g in on_device.items() if n.startswith(dev + ":") and not n.endswith(":plain")), None)
-        if g is not None:
-            engines.append((dev + " ", g))
-    curves = {}
-    for label, e in engines:
-        e.llm.reset()
-        cost = curves[label.strip() + ":" if label else ""] = e.llm.engine.calibrate(fresh=True, save=False)
-        console.print(f"{label}batch cost timed after the runs, in units of one token: "
-                      + ", ".join(f"{n}: {t / cost[1]:.2f}" for n, t in sorted(cost.items())), highlight=False)
-    return curves
+def _priced_at(plain: _Edgespec, curve: dict[int, float]) -> Sequence[float]:
+    """Seconds per batch size as the controller prices them, from `curve`: the oracle's and replays' costs."""
+    cost = plain.llm.engine.controller.cost
+    cost.set_timed(curve)
+    return cost.costs()
 
 
 def _measured_edgespec(name: str) -> bool:

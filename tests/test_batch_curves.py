@@ -1,0 +1,64 @@
+"""The batch-cost curve a bench prices its oracle and replay rows at: the run's, not one moment's."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from edgespec.bench.common import Run
+from edgespec.bench.curves import BatchCurves
+from edgespec.bench.run import _interleave
+from edgespec.spec.verifier import SamplingParams
+
+
+class Timings:
+    """An engine whose successive curve timings are given (seconds by batch size)."""
+
+    def __init__(self, *curves: dict[int, float]) -> None:
+        self.curves = iter(curves)
+
+    def time_curve(self) -> dict[int, float]:
+        return next(self.curves)
+
+
+def test_each_batch_size_is_priced_at_the_median_of_its_timings():
+    llama = Timings({1: 1.0, 2: 1.7, 3: 2.0}, {1: 1.2, 2: 2.4, 3: 2.6}, {1: 1.1, 2: 2.0, 3: 2.3})
+    onnx = Timings({1: 5.0, 2: 5.5}, {1: 4.0, 2: 6.0}, {1: 6.0, 2: 5.0})
+    curves = BatchCurves({"": llama, "onnx:": onnx})
+    for _ in range(3):
+        curves.time()
+    assert curves.medians() == {"": {1: 1.1, 2: 2.0, 3: 2.3}, "onnx:": {1: 5.0, 2: 5.5}}
+
+
+def test_a_size_one_timing_could_not_reach_is_left_to_the_controllers_pricing():
+    curves = BatchCurves({"": Timings({1: 1.0, 2: 1.75, 3: 2.25}, {1: 1.0, 2: 1.25})})
+    curves.time()
+    curves.time()
+    assert curves.medians() == {"": {1: 1.0, 2: 1.5}}
+
+
+def test_the_printed_curve_says_how_many_timings_and_how_far_two_tokens_moved_between_them():
+    curves = BatchCurves({"": Timings({1: 1.0, 2: 1.7}, {1: 1.0, 2: 1.9}, {1: 1.0, 2: 1.8}),
+                          "onnx-int4:": Timings({1: 2.0, 2: 2.2}, {1: 2.0, 2: 2.2}, {1: 2.0, 2: 2.2})})
+    out = io.StringIO()
+    for _ in range(3):
+        curves.time()
+    curves.print(Console(file=out, width=300))
+    lines = out.getvalue().splitlines()
+    assert lines[0] == ("batch cost timed after each category (3 timings, median per size), in units of one "
+                        "token: 1: 1.00, 2: 1.80; 2 tokens 1.70-1.90 across timings")
+    assert lines[1].startswith("onnx-int4 batch cost timed after each category (3 timings")
+
+
+def test_the_curves_are_timed_after_each_categorys_last_prompt_wherever_its_prompts_are():
+    seen: list[str] = []
+
+    def method(ids: list[int], max_tokens: int) -> Run:
+        seen.append(str(ids[0]))
+        return Run([1, 2], 0.1)
+
+    prompts = [("code", [1]), ("chat", [2]), ("code", [3]), ("summarize", [4]), ("chat", [5])]
+    _interleave({"plain": method}, prompts, 2, SamplingParams(), Console(file=io.StringIO()),
+                lambda: seen.append("timed"))
+    assert seen == ["1", "2", "3", "timed", "4", "timed", "5", "timed"]
