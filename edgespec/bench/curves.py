@@ -1,8 +1,8 @@
 """The batch-cost curves a bench prices its oracle and replay rows at, timed during the run.
 
-One timing of a curve is a moment: on the 2-core machines here a 2-token batch measured
-1.7x one token in one timing and 1.9x in the next (docs/design.md), and the oracle bound
-moves with it. So each runtime's curve is timed after every category's last prompt, and
+One timing of a curve is one moment's: on the 2-core machines here a batch's cost in units
+of one token can be a quarter off at another moment of the same hour (docs/design.md), and
+the oracle bound moves with it. So each runtime's curve is timed after every category's last prompt, and
 each batch size is priced at the median of its timings: the curve of the whole run, not of
 its last half minute. The timing runs on the runtime's plain engine, which drafts nothing,
 so re-timing its curve changes no method's decoding.
@@ -49,8 +49,8 @@ class BatchCurves:
             twos = [t[prefix][2] / t[prefix][1] for t in self.timings if 2 in t[prefix]]
             spread = f"; 2 tokens {min(twos):.2f}-{max(twos):.2f} across timings" if len(twos) > 1 else ""
             label = prefix.removesuffix(":") + " " if prefix else ""
-            n = len(self.timings)
-            console.print(f"{label}batch cost timed after each category ({n} timing{'s' * (n > 1)}, median per size), "
-                          "in units of one token: " + ", ".join(f"{n}: {t / cost[1]:.2f}" for n, t in cost.items())
-                          + spread, highlight=False)
+            count = f"{len(self.timings)} timing" + "s" * (len(self.timings) > 1)
+            units = ", ".join(f"{n}: {t / cost[1]:.2f}" for n, t in cost.items())
+            console.print(f"{label}batch cost timed after each category ({count}, median per size), in units of one "
+                          f"token: {units}{spread}", highlight=False)
         return medians
