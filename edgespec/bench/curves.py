@@ -2,9 +2,9 @@
 
 One timing of a curve is one moment's: on the 2-core machines here a batch's cost in units
 of one token can be a quarter off at another moment of the same hour (docs/design.md), and
-the oracle bound moves with it. So each runtime's curve is timed after every category's last prompt, and
-each batch size is priced at the median of its timings: the curve of the whole run, not of
-its last half minute. The timing runs on the runtime's plain engine, which drafts nothing,
+the oracle bound moves with it. So each runtime's curve is timed after every category's last
+prompt, and each batch size is priced at the median of its timings: the curve of the whole
+run, not of its last half minute. The timing runs on the runtime's plain engine, which drafts nothing,
 so re-timing its curve changes no method's decoding.
 """
 

@@ -250,7 +250,7 @@ def _run_bench(
     oracle = _oracle_times(encoded, runs, costs, cats, console) if es else {}
     replayed = _replays(drafters, encoded, runs, es, path, max_draft, draft_min, costs) if es and params.greedy else {}
     rows = _rows(methods, runs, identical, cats, oracle, replayed)
-    _annotate(rows, runs, methods, cats, other_cores, costs, timed_curves, servers)
+    _annotate(rows, runs, methods, cats, other_cores, costs, curves, len(timed_curves.timings), servers)
     return rows
 
 
@@ -486,10 +486,10 @@ def _row(name: str, cat: str, t: _Totals, base_tps: float, identical: dict) -> d
 
 
 def _annotate(rows: list[dict], runs: dict, methods: dict, cats: list[str], other_cores: float | None,
-              costs: Sequence[float] | None, timed_curves: BatchCurves, servers: list) -> None:
+              costs: Sequence[float] | None, curves: dict, timings: int, servers: list) -> None:
     """What a row is compared with beyond its plain: the best peer, the prompts' spread, the
-    best member of a hybrid; the batch costs a replay was priced at, and each runtime's curve; how a
-    peer ran."""
+    best member of a hybrid; the batch costs a replay was priced at, and each runtime's curve (the
+    median of `timings`); how a peer ran."""
     def plain_of(name: str) -> str:
         return _plain_of(name, methods)
 
@@ -498,7 +498,6 @@ def _annotate(rows: list[dict], runs: dict, methods: dict, cats: list[str], othe
     mine = [n for n in methods if _measured_edgespec(n) and plain_of(n) != n]
     peers = against_best_peer(runs, cats, plain_of, mine, [n for n in methods if n.startswith(NAME + ":")])
     server_commands = {s.label: s.command for s in servers}
-    curves = timed_curves.medians()
     for r in rows:
         if r["category"] == "all" and r["drafter"] in server_commands:
             r["server_command"] = server_commands[r["drafter"]]
@@ -515,7 +514,7 @@ def _annotate(rows: list[dict], runs: dict, methods: dict, cats: list[str], othe
         curve = curves.get(r["drafter"].removesuffix("plain")) if r["category"] == "all" else None
         if curve and r["drafter"].endswith("plain"):
             r["batch_costs_ms"] = [round(1000 * curve[n], 3) for n in sorted(curve)]
-            r["batch_cost_timings"] = len(timed_curves.timings)  # the median of that many
+            r["batch_cost_timings"] = timings
 
 
 def _priced_at(plain: _Edgespec, curve: dict[int, float]) -> Sequence[float]:
