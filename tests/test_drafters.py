@@ -46,6 +46,20 @@ def test_prompt_lookup_copies_the_prompt_rather_than_a_phrase_the_answer_repeate
     assert (d.propose(history, 1).tokens, d.propose(history, 1).key) == ([4], "lookup/n2")
 
 
+def test_prompt_lookup_stops_a_copy_where_this_prompts_copies_kept_breaking():
+    DEF, OPEN, CLOSE, COLON, NL, HINT, INT = 1, 2, 3, 4, 5, 31, 30
+    f, g, h, x, y, z = 10, 11, 12, 20, 21, 22
+    d = PromptLookupDrafter()
+    prompt = [DEF, f, OPEN, x, CLOSE, COLON, NL, DEF, g, OPEN, y, CLOSE, COLON, NL, DEF, h, OPEN, z, CLOSE, COLON, NL]
+    d.begin(prompt)
+    history = prompt + [DEF, f, OPEN, x]
+    assert d.propose(history, 3).tokens == [CLOSE, COLON, NL]
+    history += [HINT, INT, CLOSE, COLON, NL, DEF, g, OPEN, y]  # the edit adds a type hint: the copy broke at ")"
+    assert d.propose(history, 3).tokens == [CLOSE, COLON, NL]  # once is no rule
+    history += [HINT, INT, CLOSE, COLON, NL, DEF, h]  # and again
+    assert d.propose(history, 5).tokens == [OPEN, z]  # the copy now stops before ")"
+
+
 def test_prompt_lookup_indexes_new_tokens_incrementally():
     d = PromptLookupDrafter()
     history = [10, 11, 12, 13]

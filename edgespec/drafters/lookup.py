@@ -21,13 +21,22 @@ acceptance (replayed gains in docs/design.md):
 
 They split the controller's acceptance statistics and choose among equally long
 matches; every draft is still verified.
+
+And a copy ends where this prompt's copies keep ending: an edit breaks off its copy
+at the same kind of token each time (the `):` of each signature that gains type
+hints, the line after each `def` that gains a docstring). Every proposal is scored
+against the text that followed it, and a proposal stops before a token at which
+copies broke more often than they went on, at least twice (`CopyBreaks`): verifying
+past it would mostly pay for rows that are rejected.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Sequence
 
 from edgespec.spec.drafter import EMPTY, Draft, Drafter, History
+from edgespec.spec.sequence import common_prefix
 
 
 class PromptLookupDrafter(Drafter):
@@ -41,6 +50,7 @@ class PromptLookupDrafter(Drafter):
     def reset(self) -> None:
         self._hist = History()
         self._prompt_len = 0  # history[:_prompt_len] is this generation's prompt
+        self._breaks = CopyBreaks()
         self._clear_index()
 
     def begin(self, history: Sequence[int]) -> None:
@@ -48,6 +58,7 @@ class PromptLookupDrafter(Drafter):
         if rewritten:
             self._clear_index()
         self._prompt_len = len(history)
+        self._breaks = CopyBreaks()  # evidence belongs to one prompt, as the controller's does
         self._catch_up()
 
     def _clear_index(self) -> None:
@@ -81,6 +92,7 @@ class PromptLookupDrafter(Drafter):
         self._hist.sync(history)
         self._catch_up()
         toks = self._hist.seen
+        self._breaks.advance(toks)
         if k <= 0:
             return EMPTY
         length = len(toks)
@@ -101,13 +113,68 @@ class PromptLookupDrafter(Drafter):
             self._anchor = (pos, length)
             tags = ("/a" if key in self._ambiguous[n] else "") + ("/c" if continued else "")
             tags += "/p" if pos < self._prompt_len else ""
-            return Draft(toks[pos : pos + k], key=f"lookup/n{_bucket(n)}{tags}")
+            copy = toks[pos : pos + k]
+            self._breaks.add(pos, length, len(copy))
+            return Draft(copy[: self._breaks.safe_length(copy)], key=f"lookup/n{_bucket(n)}{tags}")
         self._anchor = self._earlier = None
         return EMPTY
 
     def memory(self) -> int:
-        entries = sum(len(d) for d in (*self._index, *self._in_prompt, *self._ambiguous))
+        entries = sum(len(d) for d in (*self._index, *self._in_prompt, *self._ambiguous)) + self._breaks.entries()
         return entries * (120 + 8 * self.max_ngram // 2) + 8 * len(self._hist.seen)
+
+
+class CopyBreaks:
+    """Where a prompt's copies broke off: per token, how often the text went past it in
+    a copy and how often it parted from the copy there. Each copied source position
+    counts once, by its latest verdict, however many overlapping proposals copied it.
+
+    For example, with copies of `f ( x ) :` that the text wrote as `f ( x : int ) :`,
+    twice, the copy broke at `)` twice and never went past it: the next proposal
+    `g ( y ) : return` stops at `g ( y`."""
+
+    MIN_BREAKS = 2
+
+    def __init__(self) -> None:
+        self._open: list[tuple[int, int, int, int]] = []  # (source, start, length, tokens matched)
+        self._broke_at: dict[int, bool] = {}  # source position -> the copy broke there
+        self._broke: Counter[int] = Counter()
+        self._went_on: Counter[int] = Counter()
+
+    def add(self, source: int, start: int, length: int) -> None:
+        """A copy of `length` tokens from history position `source` on, proposed at `start`."""
+        self._open.append((source, start, length, 0))
+
+    def advance(self, toks: Sequence[int]) -> None:
+        """Score the open copies on the text written since: linear in what is written."""
+        still_open = []
+        for source, start, length, matched in self._open:
+            end = min(length, len(toks) - start)
+            m = matched + common_prefix(toks[source + matched : source + end], toks[start + matched : start + end])
+            for pos in range(source + matched, source + m):
+                self._judge(pos, toks[pos], broke=False)
+            if m < end:
+                self._judge(source + m, toks[source + m], broke=True)
+            elif m < length:
+                still_open.append((source, start, length, m))
+        self._open = still_open
+
+    def _judge(self, pos: int, token: int, broke: bool) -> None:
+        before = self._broke_at.get(pos)
+        if before is not None:
+            (self._broke if before else self._went_on)[token] -= 1
+        self._broke_at[pos] = broke
+        (self._broke if broke else self._went_on)[token] += 1
+
+    def safe_length(self, copy: Sequence[int]) -> int:
+        """How much of `copy` comes before a token at which copies broke more often than
+        they went on (and at least MIN_BREAKS times)."""
+        broke, went_on = self._broke, self._went_on
+        return next((i for i, t in enumerate(copy) if broke[t] >= self.MIN_BREAKS and broke[t] > went_on[t]),
+                    len(copy))
+
+    def entries(self) -> int:
+        return len(self._broke_at) + len(self._broke) + len(self._went_on)
 
 
 def _bucket(n: int) -> str:
