@@ -36,7 +36,7 @@ from collections import Counter
 from typing import Sequence
 
 from edgespec.spec.drafter import EMPTY, Draft, Drafter, History
-from edgespec.spec.sequence import common_prefix
+from edgespec.spec.sequence import matched_so_far
 
 
 class PromptLookupDrafter(Drafter):
@@ -114,7 +114,7 @@ class PromptLookupDrafter(Drafter):
             tags = ("/a" if key in self._ambiguous[n] else "") + ("/c" if continued else "")
             tags += "/p" if pos < self._prompt_len else ""
             copy = toks[pos : pos + k]
-            self._breaks.add(pos, length, len(copy))
+            self._breaks.add(copy, pos, length)
             return Draft(copy[: self._breaks.safe_length(copy)], key=f"lookup/n{_bucket(n)}{tags}")
         self._anchor = self._earlier = None
         return EMPTY
@@ -136,27 +136,26 @@ class CopyBreaks:
     MIN_BREAKS = 2
 
     def __init__(self) -> None:
-        self._open: list[tuple[int, int, int, int]] = []  # (source, start, length, tokens matched)
+        self._open: list[tuple[list[int], int, int, int]] = []  # (copy, its source, start, tokens matched)
         self._broke_at: dict[int, bool] = {}  # source position -> the copy broke there
         self._broke: Counter[int] = Counter()
         self._went_on: Counter[int] = Counter()
 
-    def add(self, source: int, start: int, length: int) -> None:
-        """A copy of `length` tokens from history position `source` on, proposed at `start`."""
-        self._open.append((source, start, length, 0))
+    def add(self, copy: list[int], source: int, start: int) -> None:
+        """`copy`, the tokens from history position `source` on, proposed at `start`."""
+        self._open.append((copy, source, start, 0))
 
     def advance(self, toks: Sequence[int]) -> None:
         """Score the open copies on the text written since: linear in what is written."""
         still_open = []
-        for source, start, length, matched in self._open:
-            end = min(length, len(toks) - start)
-            m = matched + common_prefix(toks[source + matched : source + end], toks[start + matched : start + end])
-            for pos in range(source + matched, source + m):
-                self._judge(pos, toks[pos], broke=False)
-            if m < end:
-                self._judge(source + m, toks[source + m], broke=True)
-            elif m < length:
-                still_open.append((source, start, length, m))
+        for copy, source, start, matched in self._open:
+            m, decided = matched_so_far(copy, start, matched, toks)
+            for i in range(matched, m):
+                self._judge(source + i, copy[i], broke=False)
+            if not decided:
+                still_open.append((copy, source, start, m))
+            elif m < len(copy):
+                self._judge(source + m, copy[m], broke=True)
         self._open = still_open
 
     def _judge(self, pos: int, token: int, broke: bool) -> None:

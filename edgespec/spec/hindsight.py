@@ -27,7 +27,7 @@ from typing import Sequence
 
 from edgespec.spec.controller import AcceptanceModel
 from edgespec.spec.drafter import Draft
-from edgespec.spec.sequence import common_prefix
+from edgespec.spec.sequence import matched_so_far
 
 
 class Hindsight:
@@ -49,11 +49,9 @@ class Hindsight:
         """Learn every pending draft the text now decides."""
         waiting = []
         for draft, start, matched, verified in self._pending:
-            tokens = draft.tokens
-            end = min(len(tokens), len(history) - start)
-            matched += common_prefix(tokens[matched:end], history[start + matched : start + end])
-            if matched == len(tokens) or matched < end:  # all matched, or a mismatch seen
-                self.acceptance.record(draft.key, len(tokens), matched, start=verified)
+            matched, decided = matched_so_far(draft.tokens, start, matched, history)
+            if decided:
+                self.acceptance.record(draft.key, len(draft), matched, start=verified)
             else:
                 waiting.append((draft, start, matched, verified))
         self._pending = waiting

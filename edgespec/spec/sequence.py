@@ -14,3 +14,12 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
         return 0
     diff = np.flatnonzero(np.asarray(a[:n], dtype=np.int64) != np.asarray(b[:n], dtype=np.int64))
     return int(diff[0]) if diff.size else n
+
+
+def matched_so_far(tokens: Sequence[int], start: int, matched: int, history: Sequence[int]) -> tuple[int, bool]:
+    """`tokens` were proposed to follow history[:start], and their first `matched` were
+    found written already: how many the text has written now, and whether that is their
+    verdict (all written, or a mismatch seen). Compares only what arrived since."""
+    end = min(len(tokens), len(history) - start)
+    matched += common_prefix(tokens[matched:end], history[start + matched : start + end])
+    return matched, matched == len(tokens) or matched < end
