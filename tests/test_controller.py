@@ -86,6 +86,29 @@ def test_the_engine_asks_a_model_drafter_only_when_drafting_pays():
     assert drafter.asked <= 200 // c.explore_every + 1  # only the rare probes
 
 
+def test_a_draft_that_runs_past_the_end_of_the_answer_is_verified_only_up_to_that_end():
+    """A copy of a chat question runs into its end-of-turn token and on into the template:
+    the rows after an end-of-generation token would be verified for nothing."""
+    from conftest import ScriptedBackend, always_draft
+    from edgespec.runtimes.reference import ByteTokenizer
+    from edgespec.spec.drafter import Draft, Drafter
+    from edgespec.spec.engine import Engine
+
+    class CopiesPastTheEnd(Drafter):
+        def propose(self, history, k):
+            return Draft([*b"k!", ByteTokenizer.EOS, *b"<im_start>"][:k], "copy")
+
+    backend = ScriptedBackend("ok!")
+    batches = []
+    evaluate = backend.eval
+    backend.eval = lambda ids, n_logits=None: batches.append(len(ids)) or evaluate(ids, n_logits)
+    engine = Engine(backend, CopiesPastTheEnd(), controller=always_draft(16), calibrate=False)
+    out = list(engine.generate(list(b"say ok!"), 32))
+    assert bytes(out) == b"ok!"
+    assert batches[1:] == [4]  # after the prompt: the first token, then "k", "!" and the end
+    assert engine.last_stats.drafted == 3 and engine.last_stats.accepted == 3
+
+
 def test_failed_probes_get_rarer_and_a_success_restores_them():
     c = controller_with_costs({1: 1.0, 2: 2.0, 9: 9.0})
     probes = []

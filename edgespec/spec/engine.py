@@ -354,6 +354,7 @@ class Engine:
         if k_cap > 0:
             m0 = drafter.model_seconds
             draft = drafter.propose_planned(ctl, history, k_cap)
+            draft = draft.truncated(through_end(draft.tokens, self.backend.tokenizer.is_eog))
             st.drafter_model_s += drafter.model_seconds - m0
         if len(draft) and draft.probs is None:
             # a sampled draft is verified whole: where the drafter stopped depends on its
@@ -423,3 +424,11 @@ class Engine:
             calibration.save_acceptance(b.path, drafters, st.by_key)
             if self._calibrate:
                 calibration.save_kinds(b.path, drafters, counts)
+
+
+def through_end(tokens: Sequence[int], is_eog) -> int:
+    """How many of `tokens` a draft keeps: up to its first end-of-generation token,
+    included. The answer ends there if that token is accepted, and the text parts from
+    the draft there if not, so rows after it are verified for nothing. A copy of a chat
+    question runs into its end-of-turn token within a few tokens."""
+    return next((i + 1 for i, t in enumerate(tokens) if is_eog(t)), len(tokens))
