@@ -12,7 +12,7 @@ import os
 import threading
 import time
 import weakref
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -426,7 +426,7 @@ class Engine:
                 calibration.save_kinds(b.path, drafters, counts)
 
 
-def through_end(tokens: Sequence[int], is_eog) -> int:
+def through_end(tokens: Sequence[int], is_eog: Callable[[int], bool]) -> int:
     """How many of `tokens` a draft keeps: up to its first end-of-generation token,
     included. The answer ends there if that token is accepted, and the text parts from
     the draft there if not, so rows after it are verified for nothing. A copy of a chat
