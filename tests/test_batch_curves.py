@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import io
+from collections import Counter
 
+from hypothesis import given
+from hypothesis import strategies as st
 from rich.console import Console
 
 from edgespec.bench.common import Run
 from edgespec.bench.curves import BatchCurves
-from edgespec.bench.run import _interleave
+from edgespec.bench.run import _interleave, balanced_orders
 from edgespec.spec.verifier import SamplingParams
 
 
@@ -62,3 +65,34 @@ def test_the_curves_are_timed_after_each_categorys_last_prompt_wherever_its_prom
     _interleave({"plain": method}, prompts, 2, SamplingParams(), Console(file=io.StringIO()),
                 lambda: seen.append("timed"))
     assert seen == ["1", "2", "3", "timed", "4", "timed", "5", "timed"]
+
+
+@given(st.integers(min_value=2, max_value=12))
+def test_over_its_orders_every_method_runs_right_after_every_other_and_in_every_place_equally_often(n):
+    orders = balanced_orders(n)
+    follows = Counter((a, b) for order in orders for a, b in zip(order, order[1:]))
+    places = Counter((m, place) for order in orders for place, m in enumerate(order))
+    assert all(sorted(order) == list(range(n)) for order in orders)
+    assert len(follows) == n * (n - 1) and len(set(follows.values())) == 1
+    assert len(places) == n * n and len(set(places.values())) == 1
+
+
+def test_the_bench_runs_each_prompts_methods_in_the_next_balanced_order():
+    seen: list[str] = []
+
+    def method(name: str):
+        def run(ids: list[int], max_tokens: int) -> Run:
+            seen.append(name)
+            return Run([1, 2], 0.1)
+        return run
+
+    methods = {name: method(name) for name in ("plain", "lookup", "auto", "peer")}
+    _interleave(methods, [("code", [i]) for i in range(5)], 2, SamplingParams(), Console(file=io.StringIO()),
+                lambda: None)
+    assert [seen[k:k + 4] for k in range(0, 20, 4)] == [
+        ["plain", "lookup", "peer", "auto"],
+        ["lookup", "auto", "plain", "peer"],
+        ["auto", "peer", "lookup", "plain"],
+        ["peer", "plain", "auto", "lookup"],
+        ["plain", "lookup", "peer", "auto"],  # the orders start again
+    ]

@@ -1,6 +1,6 @@
 """`edgespec bench`: plain llama.cpp, edgespec's drafters and peers, side by side on the
-same prompts in one process, interleaved prompt by prompt in an order that turns, so
-machine noise falls on all of them alike.
+same prompts in one process, interleaved prompt by prompt in balanced orders, so machine
+noise falls on all of them alike.
 
 Plain decoding and every drafter of a runtime and device share one backend (one context):
 two contexts of the same model in one process decode at speeds a few percent apart, for
@@ -358,6 +358,17 @@ def _encoded(prompts: list[dict], tmpl: EdgeSpec, max_tokens: int, ctx: int) -> 
     return encoded
 
 
+def balanced_orders(n: int) -> list[list[int]]:
+    """Orders of n methods (Williams' design) in which, over all of them, every method runs
+    in every position equally often and right after every other method equally often: a
+    method that always ran right after another would inherit that one's effect on the
+    cores and caches, which a mere rotation keeps. For n = 4: 0132, 1203, 2310, 3021 (each
+    of the 12 ordered pairs once); an odd n needs these n orders and their reverses."""
+    first = [0] + [(j + 1) // 2 if j % 2 else n - j // 2 for j in range(1, n)]  # 0, 1, n-1, 2, n-2, ...
+    orders = [[(m + i) % n for m in first] for i in range(n)]
+    return orders if n % 2 == 0 else orders + [o[::-1] for o in orders]
+
+
 def _interleave(methods: dict[str, Callable], encoded: list[tuple[str, list[int]]], max_tokens: int,
                 params: SamplingParams, console: Console, after_category: Callable[[], None]) -> tuple[dict, dict]:
     """Every method on every prompt, prompt by prompt, and `after_category` after each category's
@@ -370,12 +381,11 @@ def _interleave(methods: dict[str, Callable], encoded: list[tuple[str, list[int]
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("bench", total=len(encoded) * len(methods))
         names = list(methods)
+        orders = balanced_orders(len(names))
         last = {cat: i for i, (cat, _) in enumerate(encoded)}
         for i, (cat, ids) in enumerate(encoded):
-            # the order turns by one method per prompt: a method that always ran right after
-            # another would inherit that one's effect on the cores and caches
             now: dict[str, Run] = {}
-            for name in names[i % len(names):] + names[: i % len(names)]:
+            for name in (names[j] for j in orders[i % len(orders)]):
                 bar.update(task, description=f"{cat}: {name}")
                 now[name] = methods[name](ids, max_tokens)
                 bar.advance(task)
