@@ -203,24 +203,6 @@ def test_sizes_never_drafted_are_tried_where_they_might_pay_so_long_drafts_stay_
     assert speed > 1.97 / EPYC_UNITS[2]  # more than one-token drafts could give
 
 
-def test_a_size_below_a_measured_one_is_tried_and_drafted_where_it_costs_less():
-    """A curve relearned after a drift kept 17 tokens but not 16, which it prices at 17's
-    cost. On this machine llama.cpp's kernels make 16 tokens cheaper (16 rows in blocks, the
-    17th on its own): tried a few times, 16 joins the curve and long copies verify 15 tokens."""
-    units = {1: 1.0, 2: 1.71, 3: 2.2, 4: 2.94, 5: 3.78, 6: 4.21, 7: 4.87, 8: 6.5, 9: 7.6, 10: 8.4,
-             11: 8.4, 12: 8.8, 13: 9.3, 14: 9.9, 15: 10.1, 16: 7.9, 17: 9.2}
-    c = DraftController(max_k=16)
-    c.cost.set_timed({n: 0.040 * units[n] for n in (1, 2, 3, 4, 5, 6, 7, 17)})
-    rng, chosen = np.random.default_rng(0), []
-    for _ in range(300):
-        k = c.choose("lookup/n8+/c", 16)
-        n = next((i for i in range(k) if rng.random() > 0.99), k)
-        c.record("lookup/n8+/c", k, n, k + 1, 0.040 * units[k + 1])
-        chosen.append(k)
-    assert c.cost.knows(16)
-    assert chosen[-100:].count(15) > 90
-
-
 def test_trying_unmeasured_sizes_costs_novel_text_nothing():
     c = _measured_up_to_two()
     chosen, speed = _decode(c, "lookup/n1", 0.4, 500)
@@ -388,7 +370,7 @@ def test_what_one_prompt_taught_a_kind_joins_its_long_run_rate_and_the_next_prom
     the same kind's copies are wrong from their first token. Carried over as recent
     evidence, the edit would keep the summary drafting for ~20 steps; as part of the
     long-run rate (a prior of two steps), it gives way to the summary's first rejections."""
-    c = controller_with_costs({1: 1.0, 2: 1.5, 3: 1.8, **{n: 5.0 for n in range(4, 10)}})
+    c = controller_with_costs({1: 1.0, 2: 1.5, 3: 1.8, 9: 5.0})
     key = "lookup/n4-7/c/p"
     c.acceptance.new_context()  # the edit
     for _ in range(30):

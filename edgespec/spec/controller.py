@@ -429,21 +429,14 @@ class DraftController:
     def _size_to_learn(self, key: str, best: int, e: np.ndarray, gain: np.ndarray, draft_seconds: float,
                        per_token_seconds: float) -> int:
         """The shortest draft longer than the `best` choice whose batch size is not measured
-        yet and would beat it if its rows cost `OPTIMISTIC_ROW`, else, once the best's own
-        size is measured, the longest shorter one; 0 if none. A size never drafted is never measured, and priced by the
-        pessimistic prior it would never be drafted: long drafts would stay out of reach
-        wherever they pay but less than the prior demands. A size below a measured one is
-        priced at that one's cost, yet can cost less: llama.cpp's CPU kernels take rows in
-        blocks, and 16 rows can cost less than 17, or than 15.
+        yet and would beat it if its rows cost `OPTIMISTIC_ROW`; 0 if none. A size never drafted is never
+        measured, and priced by the pessimistic prior it would never be drafted: long drafts
+        would stay out of reach wherever they pay but less than the prior demands.
         Verified `LEARN_AFTER` times, a size joins the curve and is priced as measured."""
         k_max = len(e) - 1
         hopeful = e / self._step_costs(k_max, draft_seconds, per_token_seconds, optimistic=True)
         hopeful[1:] *= self._discount(key)
-        tried = [k for k in range(1, k_max + 1) if not self.cost.knows(k + 1) and hopeful[k] > gain[best]]
-        longer = next((k for k in tried if k > best), 0)
-        if longer or not self.cost.knows(best + 1):
-            return longer
-        return next((k for k in reversed(tried) if k < best), 0)
+        return next((k for k in range(best + 1, k_max + 1) if not self.cost.knows(k + 1) and hopeful[k] > gain[best]), 0)
 
     def expected_gain(self, key: str, available: int, per_token_seconds: float = 0.0) -> float:
         """Best predicted speed-up over plain decoding for a proposal of this kind."""
