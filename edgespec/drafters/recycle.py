@@ -54,8 +54,8 @@ class TokenRecyclingDrafter(Drafter):
     def observe(self, history: Sequence[int], inputs: Sequence[int], logits: np.ndarray,
                 next_token: int | None = None) -> None:
         followers = [*inputs[1:], next_token]
-        for tok, row, nxt in zip(inputs, logits, followers):
-            self.table[tok] = nxt if self._greedy and nxt is not None else int(np.argmax(row))
+        for i, (tok, nxt) in enumerate(zip(inputs, followers)):
+            self.table[tok] = nxt if self._greedy and nxt is not None else int(np.argmax(logits[i]))
 
     def memory(self) -> int:
         return int(self.table.nbytes)

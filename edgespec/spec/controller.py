@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -136,12 +135,23 @@ class AcceptanceModel:
         self._tries.clear()
         self._expected.clear()
 
-    def expected_tokens(self, key: str, k: int) -> np.ndarray:
+    def expected_tokens(self, key: str, k: int) -> list[float]:
         """E(j) for j = 0..k: expected tokens per step when drafting j tokens."""
         e = self._expected.get(key)
         if e is None:
-            e = self._expected[key] = 1.0 + np.concatenate([[0.0], np.cumsum(np.cumprod(self.rates(key)))])
+            e = self._expected[key] = _expected(self.rates(key).tolist())
         return e[: k + 1]
+
+
+def _expected(rates: list[float]) -> list[float]:
+    """E(j) = 1 + sum over i <= j of the chance that the first i are all accepted, for j = 0..len(rates).
+    A loop, not numpy's cumprod and cumsum: on 16 rates the calls cost more than the sums."""
+    out, reach, total = [1.0], 1.0, 0.0
+    for r in rates:
+        reach *= r
+        total += reach
+        out.append(1.0 + total)
+    return out
 
 
 # What a batch of n tokens costs, in units of one token, before this machine measured it:
@@ -203,12 +213,6 @@ class CostModel:
 
     def predict(self, n: int) -> float:
         return self._t[n] * math.exp(self._speed + self._adj.get(n, 0.0))
-
-    def _seconds(self, sizes: Sequence[int]) -> np.ndarray:
-        """predict() of each size, at once: the curve is read several times every step."""
-        t = np.fromiter((self._t[n] for n in sizes), float)
-        adj = np.fromiter((self._adj.get(n, 0.0) for n in sizes), float)
-        return t * np.exp(self._speed + adj)
 
     def observe(self, n: int, seconds: float) -> None:
         self._cache = self._optimistic = None
@@ -282,7 +286,7 @@ class CostModel:
     def costs(self) -> np.ndarray:
         """cost[n] for n = 0..max_n (cost[0] unused), interpolated between measured sizes."""
         if self._cache is None:
-            self._cache = self._interpolate(np.array([prior_units(n) for n in range(self.max_n + 1)]))
+            self._cache = self._interpolate([prior_units(n) for n in range(self.max_n + 1)])
         return self._cache
 
     def optimistic_costs(self) -> np.ndarray:
@@ -290,34 +294,30 @@ class CostModel:
         if self._optimistic is None and self.complete:  # nothing unmeasured to be optimistic about
             self._optimistic = self.costs()
         if self._optimistic is None:
-            self._optimistic = self._interpolate(np.maximum(0, np.arange(self.max_n + 1) - 1) * OPTIMISTIC_ROW + 1.0)
+            self._optimistic = self._interpolate([1.0 + max(0, n - 1) * OPTIMISTIC_ROW for n in range(self.max_n + 1)])
         return self._optimistic
 
-    def _interpolate(self, prior: np.ndarray) -> np.ndarray:
+    def _interpolate(self, prior: list[float]) -> np.ndarray:
         """Measured sizes as they are; a size between two measured ones costs what the
         larger does, unless the prior from the smaller one says less; one beyond the
         largest measured one costs that one plus the prior's rows. Without one token's
-        cost, the prior alone (in units of one token)."""
+        cost, the prior alone (in units of one token).
+        In plain Python: it runs every step, on 17 sizes, where numpy's calls cost more
+        than the arithmetic."""
         if not self.calibrated:
-            return prior
-        if self.complete:  # every size measured (the usual case): nothing to interpolate
-            out = self._seconds(range(1, self.max_n + 1))
-            return np.concatenate([out[:1], out])
-        sizes = sorted(self._t)
-        measured = dict(zip(sizes, self._seconds(sizes)))
-        one = measured[1]
-        out = np.zeros(self.max_n + 1)
-        below = 1
+            return np.array(prior)
+        out = [0.0] * (self.max_n + 1)
+        below, above = 1, None  # the nearest measured sizes around n
         for n in range(1, self.max_n + 1):
-            if n in measured:
-                out[n] = measured[n]
-                below = n
+            if n in self._t:
+                out[n], below = self.predict(n), n
                 continue
-            bound = out[below] + one * (prior[n] - prior[below])
-            nxt = next((m for m in measured if m > n), None)
-            out[n] = bound if nxt is None else min(bound, measured[nxt])
+            if above is None or above < n:
+                above = next((m for m in range(n + 1, max(self._t) + 1) if m in self._t), None)
+            bound = out[below] + out[1] * (prior[n] - prior[below])
+            out[n] = bound if above is None else min(bound, self.predict(above))
         out[0] = out[1]
-        return out
+        return np.array(out)
 
 
 # Drafting pays only if its batches cost what the curve says. Timings on a shared core are
@@ -388,9 +388,9 @@ class DraftController:
         j + 1, plus, for a model drafter, its catch-up and each drafted token
         (j = 0 asks nothing of the drafter)."""
         batch = self.cost.optimistic_costs() if optimistic else self.cost.costs()
-        c = batch[1 : k_max + 2].copy()
+        c = batch[1 : k_max + 2]  # a view: callers only read it
         if per_token_seconds or draft_seconds:  # a model drafter's own time
-            c += per_token_seconds * np.arange(k_max + 1)
+            c = c + per_token_seconds * np.arange(k_max + 1)
             c[1:] += draft_seconds
         return c
 
@@ -434,9 +434,12 @@ class DraftController:
         would stay out of reach wherever they pay but less than the prior demands.
         Verified `LEARN_AFTER` times, a size joins the curve and is priced as measured."""
         k_max = len(e) - 1
+        unmeasured = [k for k in range(best + 1, k_max + 1) if not self.cost.knows(k + 1)]
+        if not unmeasured:  # the usual case: nothing to price optimistically
+            return 0
         hopeful = e / self._step_costs(k_max, draft_seconds, per_token_seconds, optimistic=True)
         hopeful[1:] *= self._discount(key)
-        return next((k for k in range(best + 1, k_max + 1) if not self.cost.knows(k + 1) and hopeful[k] > gain[best]), 0)
+        return next((k for k in unmeasured if hopeful[k] > gain[best]), 0)
 
     def expected_gain(self, key: str, available: int, per_token_seconds: float = 0.0) -> float:
         """Best predicted speed-up over plain decoding for a proposal of this kind."""
@@ -444,10 +447,10 @@ class DraftController:
         if k_max <= 0 or not self.cost.calibrated:
             return 1.0
         e = self.acceptance.expected_tokens(key, k_max)
-        c = self._step_costs(k_max, 0.0, per_token_seconds)
-        gain = e / c * c[0]
-        gain[1:] *= self.realization(key)
-        return float(np.max(gain))
+        c = self._step_costs(k_max, 0.0, per_token_seconds).tolist()
+        realized = self.realization(key)
+        # in plain Python: auto asks this of every proposal, every step
+        return max([e[0] / c[0] * c[0], *(e[j] / c[j] * c[0] * realized for j in range(1, k_max + 1))])
 
     def record(self, key: str, k: int, n_accepted: int, n_evaluated: int, seconds: float) -> None:
         self._realize(key, k, n_evaluated, seconds)

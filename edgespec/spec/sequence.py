@@ -21,5 +21,7 @@ def matched_so_far(tokens: Sequence[int], start: int, matched: int, history: Seq
     found written already: how many the text has written now, and whether that is their
     verdict (all written, or a mismatch seen). Compares only what arrived since."""
     end = min(len(tokens), len(history) - start)
-    matched += common_prefix(tokens[matched:end], history[start + matched : start + end])
+    # a token at a time: a step brings a few, too few for numpy's per-call cost to pay
+    while matched < end and tokens[matched] == history[start + matched]:
+        matched += 1
     return matched, matched == len(tokens) or matched < end
