@@ -116,6 +116,15 @@ def write_json(path: Path, value: object) -> bool:
         return False
 
 
+def forget_gone(folder: Path, path_of: Callable[[dict], str]) -> None:
+    """Remove the JSON records in `folder` whose file (`path_of(record)`) no longer exists: a
+    record kept per checked file would otherwise outlive every temporary file it describes."""
+    for record in Path(folder).glob("*.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            if not Path(path_of(json.loads(record.read_text()))).exists():
+                record.unlink()
+
+
 def sha256_file(path: Path, progress: Callable[[int], None] | None = None) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -125,3 +125,21 @@ def test_fetch_assembles_parts_in_order_and_checks_the_sha256(monkeypatch, tmp_p
     with pytest.raises(ModelError, match="does not match its pinned checksum"):
         store.fetch("bad", quiet=True)
     assert not store.cached_path("bad").exists()  # nothing half-verified is left in place
+
+
+def test_the_checks_kept_for_a_deleted_file_go_when_the_next_file_is_checked(tmp_path):
+    from edgespec.models.facts import ModelFacts
+
+    def kept_for(path: Path) -> list[Path]:
+        cache = Path(store.cache_dir())
+        return [f for f in [*cache.glob("checked/*.json"), *cache.glob("facts/*.json")] if str(path) in f.read_text()]
+
+    temporary = write_tiny_gguf(tmp_path / "temporary.gguf")
+    store.resolve(str(temporary))
+    ModelFacts.from_gguf(temporary)
+    assert len(kept_for(temporary)) == 2  # its check and its facts
+    temporary.unlink()
+    kept = write_tiny_gguf(tmp_path / "kept.gguf")
+    store.resolve(str(kept))
+    ModelFacts.from_gguf(kept)
+    assert kept_for(temporary) == [] and len(kept_for(kept)) == 2

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgespec.errors import EdgespecError, ModelError
+from edgespec.files import forget_gone, write_json
 from edgespec.models.export_check import read_manifest
 from edgespec.models.gguf_check import read_checked_gguf
 from edgespec.models.store import cache_dir
@@ -68,11 +69,8 @@ class ModelFacts:
         if r.returncode != 0:
             raise ModelError((r.stderr.strip().splitlines() or [f"cannot read {p}"])[-1])
         data = json.loads(r.stdout)
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            cache.write_text(json.dumps({**data, "key": key}))
-        except OSError:
-            pass  # read again next time
+        if write_json(cache, {**data, "key": key}):  # else read again next time
+            forget_gone(cache.parent, lambda r: r["key"]["path"])  # kept by path, as the checks are
         return cls(**data)
 
     @classmethod

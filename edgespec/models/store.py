@@ -21,7 +21,7 @@ from typing import Callable
 import platformdirs
 
 from edgespec.errors import ModelError
-from edgespec.files import locked, scratch_beside, sha256_file, write_json
+from edgespec.files import forget_gone, locked, scratch_beside, sha256_file, write_json
 from edgespec.models.export_check import check_export, check_onnx
 from edgespec.models.gguf_check import check_gguf
 from edgespec.models.gguf_probe import header_digest, probe
@@ -309,7 +309,7 @@ def _first_check(p: Path, stamp: Path) -> dict:
         except TimeoutError as e:
             raise ModelError(str(e)) from None  # not kept: a busy machine may load it next time
         write_json(kept, verdict)
-    write_json(stamp, {"path": str(p.resolve()), "header_bytes": header_bytes})
+    _keep_check(stamp, {"path": str(p.resolve()), "header_bytes": header_bytes})
     return verdict
 
 
@@ -330,9 +330,15 @@ def _checked_once(p: Path, check: Callable[[], None]) -> None:
     except (OSError, ValueError):
         pass
     check()
-    write_json(stamp, key)  # when the cache is not writable, the check simply runs again next time
+    _keep_check(stamp, key)  # when the cache is not writable, the check simply runs again next time
 
 
 def _local_stamp(p: Path) -> Path:
     digest = hashlib.sha256(str(p.resolve()).encode()).hexdigest()[:24]
     return cache_dir() / "checked" / f"{digest}.json"
+
+
+def _keep_check(stamp: Path, record: dict) -> None:
+    """Keep a local file's check, and forget those of files since deleted (a stamp is kept by path)."""
+    write_json(stamp, record)
+    forget_gone(stamp.parent, lambda r: r["path"])
