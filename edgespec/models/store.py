@@ -340,5 +340,5 @@ def _local_stamp(p: Path) -> Path:
 
 def _keep_check(stamp: Path, record: dict) -> None:
     """Keep a local file's check, and forget those of files since deleted (a stamp is kept by path)."""
-    write_json(stamp, record)
-    forget_gone(stamp.parent, lambda r: r["path"])
+    if write_json(stamp, record):  # else the check simply runs again next time
+        forget_gone(stamp.parent, lambda r: r["path"])

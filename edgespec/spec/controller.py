@@ -306,16 +306,16 @@ class CostModel:
         than the arithmetic."""
         if not self.calibrated:
             return np.array(prior)
+        measured = {n: self.predict(n) for n in sorted(self._t)}
         out = [0.0] * (self.max_n + 1)
-        below, above = 1, None  # the nearest measured sizes around n
+        below = 1
         for n in range(1, self.max_n + 1):
-            if n in self._t:
-                out[n], below = self.predict(n), n
+            if n in measured:
+                out[n], below = measured[n], n
                 continue
-            if above is None or above < n:
-                above = next((m for m in range(n + 1, max(self._t) + 1) if m in self._t), None)
             bound = out[below] + out[1] * (prior[n] - prior[below])
-            out[n] = bound if above is None else min(bound, self.predict(above))
+            above = next((m for m in measured if m > n), None)
+            out[n] = bound if above is None else min(bound, measured[above])
         out[0] = out[1]
         return np.array(out)
 
