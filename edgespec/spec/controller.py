@@ -52,8 +52,7 @@ class AcceptanceModel:
     prior: float = 0.5
     prior_weight: float = 2.0
     decay: float = 0.95  # evidence fades over ~20 steps: a code block, then prose, is followed quickly
-    _acc: dict[str, np.ndarray] = field(default_factory=dict)
-    _tries: dict[str, np.ndarray] = field(default_factory=dict)
+    _decayed: dict[str, list[np.ndarray]] = field(default_factory=dict)  # this prompt's, fading: `decay`
     _priors: dict[str, np.ndarray] = field(default_factory=dict)  # per-position: each kind's long-run rate
     _counts: dict[str, list[np.ndarray]] = field(default_factory=dict)  # undecayed, since take_counts
     _long: dict[str, list[np.ndarray]] = field(default_factory=dict)  # undecayed: seeded, and this process's
@@ -69,10 +68,10 @@ class AcceptanceModel:
         return (a + pooled * self.prior_weight) / (t + self.prior_weight)
 
     def rates(self, key: str) -> np.ndarray:
-        a, prior = self._acc.get(key), self._priors.get(key)
-        if a is None:
+        pair, prior = self._decayed.get(key), self._priors.get(key)
+        if pair is None:
             return np.full(self.max_k, self.prior) if prior is None else prior
-        t = self._tries[key]
+        a, t = pair
         if prior is None:
             return self._posterior(a, t)
         return (a + prior * self.prior_weight) / (t + self.prior_weight)
@@ -85,23 +84,17 @@ class AcceptanceModel:
         if reached <= start:  # none beyond those recorded (a rejection among the verified ones)
             return
         self._expected.pop(key, None)
-        if key not in self._acc:
-            self._acc[key] = np.zeros(self.max_k)
-            self._tries[key] = np.zeros(self.max_k)
-        a, t = self._acc[key], self._tries[key]
+        decayed = self._pair(self._decayed, key)
         if start == 0:
-            a *= self.decay
-            t *= self.decay
-        ca, ct = self._pair(self._counts, key)
-        la, lt = self._pair(self._long, key)
-        for tried in (t, ct, lt):
+            for d in decayed:
+                d *= self.decay
+        for accepted, tried in (decayed, self._pair(self._counts, key), self._pair(self._long, key)):
             tried[start:reached] += 1
-        for accepted in (a, ca, la):
             accepted[start:n_accepted] += 1
 
     def _pair(self, table: dict[str, list[np.ndarray]], key: str) -> list[np.ndarray]:
-        """[accepted, tried] per position of `key` in one of the undecayed tables, created at
-        zero on first use (not as a setdefault default: record() runs every step)."""
+        """[accepted, tried] per position of `key` in one of the tables, created at zero on
+        first use (not as a setdefault default: record() runs every step)."""
         pair = table.get(key)
         if pair is None:
             pair = table[key] = [np.zeros(self.max_k), np.zeros(self.max_k)]
@@ -131,8 +124,7 @@ class AcceptanceModel:
         """A new prompt: every kind restarts from its long-run rate, which now includes
         what the prompts before this one taught."""
         self._priors = {key: self._posterior(a, t) for key, (a, t) in self._long.items()}
-        self._acc.clear()
-        self._tries.clear()
+        self._decayed.clear()
         self._expected.clear()
 
     def expected_tokens(self, key: str, k: int) -> list[float]:
