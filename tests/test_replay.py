@@ -43,3 +43,23 @@ def test_where_a_batch_costs_as_much_as_its_tokens_the_replay_stays_at_plain_spe
     plain_s, replay_s, drafted, _ = replay(tokenizer, runs, "lookup", costs, max_draft=16)["all"]
     assert 0.9 < plain_s / replay_s <= 1.05
     assert drafted < sum(len(out) for _, _, out in runs) / 10
+
+
+def test_each_rule_of_lookup_and_the_controller_can_be_taken_out_and_its_worth_tabled(recorded):
+    """`python3 -m edgespec.bench.ablations` replays lookup with every rule, then without
+    each in turn; its table puts them side by side."""
+    from edgespec.bench.ablations import RULES, ablate
+    from edgespec.bench.record import ABLATIONS, markdown, record
+
+    tokenizer, runs = recorded
+    costs = np.array([0.0] + [1.0 + 0.3 * (n - 1) for n in range(1, 18)])
+    rows = ablate(tokenizer, runs, costs)
+    every = {r["category"]: r for r in rows if r["taken_out"] == "none"}
+    assert every["all"]["ratio_to_plain"] > 1.0 and every["all"]["accepted"] > 0
+    assert {r["taken_out"] for r in rows} == {"none", *RULES}
+    without_hindsight = next(r for r in rows if r["taken_out"] == "hindsight" and r["category"] == "all")
+    assert without_hindsight["drafted"] != every["all"]["drafted"]  # probes instead of learning from the text
+    table = markdown(record(rows, "reference", "python3 -m edgespec.bench.ablations", kind=ABLATIONS,
+                            drafter="lookup", batch_costs_ms=[1000 * c for c in costs[1:]]))
+    assert all(f"| {rule} |" in table for rule in RULES)
+    assert "2 tokens 1.30x" in table

@@ -174,8 +174,28 @@ def validation_line(r: dict) -> str:
             f"{r['decode_ms']:.1f} |")
 
 
+ABLATIONS = "ablations"  # a record of `python3 -m edgespec.bench.ablations`
+
+
+def ablation_lines(rec: dict) -> list[str]:
+    """x plain per category with every rule, then with each rule taken out; the curve priced at."""
+    cats = _categories(rec["rows"])
+    out = ["| taken out | the rule | " + " | ".join(cats) + " |", "|---|---|" + "---:|" * len(cats)]
+    by: dict[str, dict[str, dict]] = {}
+    for r in rec["rows"]:
+        by.setdefault(r["taken_out"], {})[r["category"]] = r
+    for name, cells in by.items():
+        rule = next(iter(cells.values()))["rule"]
+        out.append(f"| {name} | {rule} | " + " | ".join(_fmt(cells[c]["ratio_to_plain"], ".3f") for c in cats) + " |")
+    ms = rec["batch_costs_ms"]
+    sizes = [n for n in (2, 4, 8, 16) if n <= len(ms)]
+    return out + ["", f"`{rec['drafter']}` replayed on plain's texts, x plain; batches priced at one token "
+                      f"{ms[0]:.1f} ms, " + ", ".join(f"{n} tokens {ms[n - 1] / ms[0]:.2f}x" for n in sizes) + "."]
+
+
 KINDS = {EXPORTS: lambda rec: VALIDATION_HEADER + [validation_line(r) for r in rec["rows"]],
-         SERVER: _server, SWEEP: _sweep, FOOTPRINTS: lambda rec: footprint_lines(rec["rows"])}
+         SERVER: _server, SWEEP: _sweep, FOOTPRINTS: lambda rec: footprint_lines(rec["rows"]),
+         ABLATIONS: ablation_lines}
 
 
 def _fmt(v: float | None, spec: str = ".2f") -> str:

@@ -1,0 +1,160 @@
+"""What each rule of prompt lookup and of the draft controller is worth: plain decoding's
+texts replayed (replay.py) by `lookup` with every rule, then with one rule taken out at a
+time, all at one batch-cost curve. A replay writes plain's text and is charged the
+curve's price for each batch, so timing noise is out and the differences are the rules'.
+
+    python3 -m edgespec.bench.ablations -m qwen2.5-coder-1.5b --prompts all \\
+        --curve docs/bench/epyc-zen4-2core.json --json docs/bench/ablations-epyc-zen4-2core.json
+
+`--curve` prices batches at a bench record's curve (its plain row's `batch_costs_ms`),
+so the figures sit beside that record's; without it the curve is timed here. A rule is
+taken out by patching the one function or constant that applies it, for the replay
+only (`RULES`); each rule's reason is where it is applied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Callable
+from unittest.mock import patch
+
+import numpy as np
+
+from edgespec.api import EdgeSpec
+from edgespec.bench.common import encode_prompt, load_prompts
+from edgespec.bench.record import ABLATIONS, ablation_lines, record
+from edgespec.bench.replay import replay
+from edgespec.drafters.lookup import CopyBreaks, PromptLookupDrafter
+from edgespec.errors import EdgespecError
+from edgespec.models.store import resolve
+from edgespec.runtimes import open_backend
+from edgespec.spec.backend import Tokenizer
+from edgespec.spec.controller import DRAFT_MARGIN, AcceptanceModel
+from edgespec.spec.drafter import Draft
+from edgespec.spec.engine import Engine
+
+DRAFTER = "lookup"
+MAX_DRAFT = 16
+
+
+def _without_hindsight() -> AbstractContextManager:
+    begin = Engine._begin_drafter
+
+    def begin_without(self, *args):
+        begin(self, *args)
+        return None  # as in sampled decoding: declined kinds are probed instead
+
+    return patch.object(Engine, "_begin_drafter", begin_without)
+
+
+def _keys_without(*tags: str) -> Callable[[], AbstractContextManager]:
+    """Lookup's proposals as they are, their kinds no longer split by `tags`."""
+    def taken_out() -> AbstractContextManager:
+        propose = PromptLookupDrafter.propose
+
+        def merged(self, history, k):
+            d = propose(self, history, k)
+            key = d.key
+            for t in tags:
+                key = key.replace(t, "")
+            return d if key == d.key else Draft(d.tokens, key, d.probs)
+
+        return patch.object(PromptLookupDrafter, "propose", merged)
+    return taken_out
+
+
+# name -> (what the rule does, a context in which it is taken out)
+RULES: dict[str, tuple[str, Callable[[], AbstractContextManager]]] = {
+    "hindsight": ("declined drafts and cut-off tails learned from the text that followed",
+                  _without_hindsight),
+    "evidence per prompt": ("each prompt's acceptance starts from the long-run rate",
+                            lambda: patch.object(AcceptanceModel, "new_context", lambda self: None)),
+    "draft margin": (f"a draft must be predicted to beat plain decoding by {DRAFT_MARGIN:.0%}",
+                     lambda: patch("edgespec.spec.controller.DRAFT_MARGIN", 0.0)),
+    "end cut": ("a draft ends at its first end-of-generation token",
+                lambda: patch("edgespec.spec.engine.through_end", lambda tokens, is_eog: len(tokens))),
+    "copy breaks": ("a copy stops before a token where this prompt's copies kept breaking",
+                    lambda: patch.object(CopyBreaks, "safe_length", lambda self, copy: len(copy))),
+    "prompt key": ("copies from the prompt learned apart (`/p`)", _keys_without("/p")),
+    "match keys": ("ambiguous and continued matches learned apart (`/a`, `/c`)", _keys_without("/a", "/c")),
+}
+
+
+def plain_texts(model: str, prompts: list[dict], max_tokens: int, ctx: int, threads: int | None
+                ) -> tuple[EdgeSpec, list[tuple[str, list[int], list[int]]]]:
+    """The model's plain greedy answer to each prompt: (category, prompt ids, answer ids)."""
+    llm = EdgeSpec(open_backend(resolve(model), n_ctx=ctx, threads=threads), drafter="none", n_ctx=ctx)
+    texts = []
+    for i, row in enumerate(prompts, 1):
+        ids = encode_prompt(row, llm)
+        llm.reset()
+        texts.append((row["category"], ids, list(llm.engine.generate(ids, max_tokens))))
+        print(f"plain {i}/{len(prompts)}: {row['category']}, {len(texts[-1][2])} tokens", file=sys.stderr, flush=True)
+    return llm, texts
+
+
+def curve_of(record_path: Path) -> dict[int, float]:
+    """Seconds per batch size from a bench record: its plain row's `batch_costs_ms`."""
+    try:
+        rows = json.loads(record_path.read_text())["rows"]
+        ms = next(r["batch_costs_ms"] for r in rows if r["drafter"] == "plain" and r.get("batch_costs_ms"))
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        raise EdgespecError(f"{record_path}: not a bench record with a plain row's batch_costs_ms") from None
+    return {n: v / 1000 for n, v in enumerate(ms, 1)}
+
+
+def priced(llm: EdgeSpec, curve: dict[int, float]) -> np.ndarray:
+    """Seconds per batch size as the controller prices `curve` (sizes it lacks interpolated)."""
+    cost = llm.engine.controller.cost
+    cost.set_timed(curve)
+    return cost.costs()
+
+
+def ablate(tokenizer: Tokenizer, texts: list[tuple[str, list[int], list[int]]], costs: np.ndarray) -> list[dict]:
+    """A row per rule taken out (first: none) and category, from replays of `texts`
+    ((category, prompt ids, plain's answer)) priced at `costs` (seconds per batch size)."""
+    rows = []
+    for rule, (does, taken_out) in {"none": ("every rule in place", nullcontext), **RULES}.items():
+        with taken_out():
+            totals = replay(tokenizer, texts, DRAFTER, costs, MAX_DRAFT)
+        for cat in [*(c for c in totals if c != "all"), "all"]:
+            plain_s, replay_s, drafted, accepted = totals[cat]
+            rows.append({"taken_out": rule, "rule": does, "category": cat, "ratio_to_plain": round(plain_s / replay_s, 3),
+                         "drafted": drafted, "accepted": accepted})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-m", "--model", default="qwen2.5-coder-1.5b")
+    ap.add_argument("--prompts", default="all", help="a JSONL file, or a shipped set: shipped, heldout, all")
+    ap.add_argument("-n", "--max-tokens", type=int, default=256)
+    ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--threads", type=int)
+    ap.add_argument("--curve", type=Path, help="price batches at this bench record's curve instead of timing one")
+    ap.add_argument("--json", type=Path, help="write the rows, the curve, the machine and the command here")
+    args = ap.parse_args(argv)
+    try:
+        curve = curve_of(args.curve) if args.curve else None
+        llm, texts = plain_texts(args.model, load_prompts(Path(args.prompts)), args.max_tokens, args.ctx, args.threads)
+        if curve is None:
+            llm.reset()
+            curve = llm.engine.calibrate(fresh=True, save=False)
+        rows = ablate(llm.tokenizer, texts, priced(llm, curve))
+    except EdgespecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    rec = record(rows, args.model, "python3 -m edgespec.bench.ablations", kind=ABLATIONS, drafter=DRAFTER,
+                 batch_costs_ms=[round(1000 * curve[n], 3) for n in sorted(curve)])
+    print("\n".join(ablation_lines(rec)))
+    if args.json:
+        args.json.write_text(json.dumps(rec, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
