@@ -54,11 +54,13 @@ def test_each_rule_of_lookup_and_the_controller_can_be_taken_out_and_its_worth_t
     tokenizer, runs = recorded
     costs = np.array([0.0] + [1.0 + 0.3 * (n - 1) for n in range(1, 18)])
     rows = ablate(tokenizer, runs, costs)
-    every = {r["category"]: r for r in rows if r["taken_out"] == "none"}
-    assert every["all"]["ratio_to_plain"] > 1.0 and every["all"]["accepted"] > 0
-    assert {r["taken_out"] for r in rows} == {"none", *RULES}
-    without_hindsight = next(r for r in rows if r["taken_out"] == "hindsight" and r["category"] == "all")
-    assert without_hindsight["drafted"] != every["all"]["drafted"]  # probes instead of learning from the text
+    assert {(r["machine"], r["taken_out"]) for r in rows} == {(m, rule) for m in ("fresh", "rates stored")
+                                                                for rule in ("none", *RULES)}
+    row = {(r["machine"], r["taken_out"]): r for r in rows if r["category"] == "all"}
+    every = row["fresh", "none"]
+    assert every["ratio_to_plain"] > 1.0 and every["accepted"] > 0
+    assert row["fresh", "hindsight"]["drafted"] != every["drafted"]  # probes instead of learning from the text
+    assert row["rates stored", "none"]["drafted"] != every["drafted"]  # the first pass's rates priced the drafts
     table = markdown(record(rows, "reference", "python3 -m edgespec.bench.ablations", kind=ABLATIONS,
                             drafter="lookup", batch_costs_ms=[1000 * c for c in costs[1:]]))
     assert all(f"| {rule} |" in table for rule in RULES)

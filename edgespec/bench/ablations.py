@@ -1,7 +1,8 @@
 """What each rule of prompt lookup and of the draft controller is worth: plain decoding's
 texts replayed (replay.py) by `lookup` with every rule, then with one rule taken out at a
-time, all at one batch-cost curve. A replay writes plain's text and is charged the
-curve's price for each batch, so timing noise is out and the differences are the rules'.
+time, all at one batch-cost curve, on a fresh machine and on one that stored the acceptance
+rates of a first pass. A replay writes plain's text and is charged the curve's price for
+each batch, so timing noise is out and the differences are the rules'.
 
     python3 -m edgespec.bench.ablations -m qwen2.5-coder-1.5b --prompts all \\
         --curve docs/bench/epyc-zen4-2core.json --json docs/bench/ablations-epyc-zen4-2core.json
@@ -115,16 +116,21 @@ def priced(llm: EdgeSpec, curve: dict[int, float]) -> np.ndarray:
 
 
 def ablate(tokenizer: Tokenizer, texts: list[tuple[str, list[int], list[int]]], costs: np.ndarray) -> list[dict]:
-    """A row per rule taken out (first: none) and category, from replays of `texts`
-    ((category, prompt ids, plain's answer)) priced at `costs` (seconds per batch size)."""
+    """A row per rule taken out (first: none), machine and category, from replays of `texts`
+    ((category, prompt ids, plain's answer)) priced at `costs` (seconds per batch size): on a
+    fresh machine, then on one that stored the acceptance rates of a first pass over the same
+    texts with every rule in place, as a machine does between processes."""
+    stored: dict = {}
+    replay(tokenizer, texts, DRAFTER, costs, MAX_DRAFT, learned=stored)
     rows = []
-    for rule, (does, taken_out) in {"none": ("every rule in place", nullcontext), **RULES}.items():
-        with taken_out():
-            totals = replay(tokenizer, texts, DRAFTER, costs, MAX_DRAFT)
-        for cat in [*(c for c in totals if c != "all"), "all"]:
-            plain_s, replay_s, drafted, accepted = totals[cat]
-            rows.append({"taken_out": rule, "rule": does, "category": cat, "ratio_to_plain": round(plain_s / replay_s, 3),
-                         "drafted": drafted, "accepted": accepted})
+    for machine, seed in (("fresh", None), ("rates stored", stored)):
+        for rule, (does, taken_out) in {"none": ("every rule in place", nullcontext), **RULES}.items():
+            with taken_out():
+                totals = replay(tokenizer, texts, DRAFTER, costs, MAX_DRAFT, seed)
+            for cat in [*(c for c in totals if c != "all"), "all"]:
+                plain_s, replay_s, drafted, accepted = totals[cat]
+                rows.append({"machine": machine, "taken_out": rule, "rule": does, "category": cat,
+                             "ratio_to_plain": round(plain_s / replay_s, 3), "drafted": drafted, "accepted": accepted})
     return rows
 
 

@@ -178,15 +178,17 @@ ABLATIONS = "ablations"  # a record of `python3 -m edgespec.bench.ablations`
 
 
 def ablation_lines(rec: dict) -> list[str]:
-    """x plain per category with every rule, then with each rule taken out; the curve priced at."""
+    """x plain per category with every rule, then with each rule taken out, per machine state
+    (fresh, or with stored rates); the curve priced at."""
     cats = _categories(rec["rows"])
-    out = ["| taken out | the rule | " + " | ".join(cats) + " |", "|---|---|" + "---:|" * len(cats)]
-    by: dict[str, dict[str, dict]] = {}
+    out = ["| machine | taken out | the rule | " + " | ".join(cats) + " |", "|---|---|---|" + "---:|" * len(cats)]
+    by: dict[tuple[str, str], dict[str, dict]] = {}
     for r in rec["rows"]:
-        by.setdefault(r["taken_out"], {})[r["category"]] = r
-    for name, cells in by.items():
+        by.setdefault((r["machine"], r["taken_out"]), {})[r["category"]] = r
+    for (machine, name), cells in by.items():
         rule = next(iter(cells.values()))["rule"]
-        out.append(f"| {name} | {rule} | " + " | ".join(_fmt(cells[c]["ratio_to_plain"], ".3f") for c in cats) + " |")
+        out.append(f"| {machine} | {name} | {rule} | "
+                   + " | ".join(_fmt(cells[c]["ratio_to_plain"], ".3f") for c in cats) + " |")
     ms = rec["batch_costs_ms"]
     sizes = [n for n in (2, 4, 8, 16) if n <= len(ms)]
     return out + ["", f"`{rec['drafter']}` replayed on plain's texts, x plain; batches priced at one token "

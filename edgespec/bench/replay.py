@@ -77,11 +77,13 @@ class ReplayBackend(Backend):
 
 
 def replay(tokenizer: Tokenizer, runs: Sequence[tuple[str, Sequence[int], Sequence[int]]], drafter: str,
-           costs: np.ndarray, max_draft: int, seed: dict | None = None, min_k: int = 0) -> dict[str, list[float]]:
+           costs: np.ndarray, max_draft: int, seed: dict | None = None, min_k: int = 0,
+           learned: dict | None = None) -> dict[str, list[float]]:
     """Replay `drafter` over `runs` (category, prompt ids, plain greedy output), one
     engine for all of them in order, as the bench runs them. `seed`: each kind's
     long-run acceptance, as the real run's controller started from; `min_k`: as the bench's
-    `--draft-min`.
+    `--draft-min`; `learned`, if given, receives the acceptance counts of every kind at the
+    end, the seed's and the replay's, as a machine stores them (a `seed` for another replay).
 
     Returns per category and "all": [plain seconds, replayed seconds, drafted, accepted],
     decode only (after the first token, which comes with the prompt)."""
@@ -104,4 +106,6 @@ def replay(tokenizer: Tokenizer, runs: Sequence[tuple[str, Sequence[int], Sequen
             t[1] += sum(backend.charged[1:])  # the first eval is the prompt's, with the first token
             t[2] += st.drafted
             t[3] += st.accepted
+    if learned is not None:
+        learned.update(llm.engine.controller.acceptance.long_run())
     return totals

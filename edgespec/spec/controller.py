@@ -107,6 +107,11 @@ class AcceptanceModel:
         self._counts = {}
         return out
 
+    def long_run(self) -> dict[str, list[list[float]]]:
+        """[accepted, tried] per position of every kind, undecayed: the seeded counts and
+        everything since, the rates each prompt starts from."""
+        return {k: [a.tolist(), t.tolist()] for k, (a, t) in self._long.items()}
+
     def seed(self, counts: dict[str, list[list[float]]]) -> None:
         """Take each kind's [accepted, tried] per position kept by earlier runs as its
         prior (weighing `prior_weight` steps, so this run's own evidence soon leads)."""
