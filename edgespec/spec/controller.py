@@ -109,7 +109,7 @@ class AcceptanceModel:
 
     def long_run(self) -> dict[str, list[list[float]]]:
         """[accepted, tried] per position of every kind, undecayed: the seeded counts and
-        everything since, the rates each prompt starts from."""
+        everything since, from which each prompt's starting rates come."""
         return {k: [a.tolist(), t.tolist()] for k, (a, t) in self._long.items()}
 
     def seed(self, counts: dict[str, list[list[float]]]) -> None:
