@@ -28,7 +28,7 @@ import numpy as np
 from edgespec.api import EdgeSpec
 from edgespec.bench.common import encode_prompt, load_prompts
 from edgespec.bench.record import ABLATIONS, ablation_lines, record
-from edgespec.bench.replay import replay
+from edgespec.bench.replay import priced, replay
 from edgespec.drafters.lookup import CopyBreaks, PromptLookupDrafter
 from edgespec.errors import EdgespecError
 from edgespec.models.store import resolve
@@ -106,13 +106,6 @@ def curve_of(record_path: Path) -> dict[int, float]:
     except (OSError, ValueError, KeyError, TypeError, StopIteration):
         raise EdgespecError(f"{record_path}: not a bench record with a plain row's batch_costs_ms") from None
     return {n: v / 1000 for n, v in enumerate(ms, 1)}
-
-
-def priced(llm: EdgeSpec, curve: dict[int, float]) -> np.ndarray:
-    """Seconds per batch size as the controller prices `curve` (sizes it lacks interpolated)."""
-    cost = llm.engine.controller.cost
-    cost.set_timed(curve)
-    return cost.costs()
 
 
 def ablate(tokenizer: Tokenizer, texts: list[tuple[str, list[int], list[int]]], costs: np.ndarray) -> list[dict]:

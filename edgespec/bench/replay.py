@@ -76,6 +76,14 @@ class ReplayBackend(Backend):
         return float(self.costs[top] * n / top)  # a prompt: as the largest measured batch, per token
 
 
+def priced(llm: EdgeSpec, curve: dict[int, float]) -> np.ndarray:
+    """Seconds per batch size as `llm`'s controller prices `curve` (sizes it lacks
+    interpolated): what replays and the oracle are charged."""
+    cost = llm.engine.controller.cost
+    cost.set_timed(curve)
+    return cost.costs()
+
+
 def replay(tokenizer: Tokenizer, runs: Sequence[tuple[str, Sequence[int], Sequence[int]]], drafter: str,
            costs: np.ndarray, max_draft: int, seed: dict | None = None, min_k: int = 0,
            learned: dict | None = None) -> dict[str, list[float]]:

@@ -30,7 +30,7 @@ from edgespec.bench.hf_assisted import hf_methods
 from edgespec.bench.hybrid_compare import INTERVAL, against_best_member, against_best_peer, against_plain, verdict
 from edgespec.bench.llama_server import NAME, decode_timing
 from edgespec.bench.oracle import lookup_oracle_time
-from edgespec.bench.replay import REPLAYABLE, replay
+from edgespec.bench.replay import REPLAYABLE, priced, replay
 from edgespec.drafters import HYBRID, check_drafter
 from edgespec.errors import EdgespecError
 from edgespec.memory.planner import uses_model
@@ -246,7 +246,7 @@ def _run_bench(
     other_cores = _report_load(load, threads, console)
     cats = list(dict.fromkeys(c for c, _ in encoded))
     curves = timed_curves.print(console)
-    costs = _priced_at(setup.plain, curves[""]) if es else None
+    costs = priced(setup.plain.llm, curves[""]) if es else None
     oracle = _oracle_times(encoded, runs, costs, cats, console) if es else {}
     replayed = _replays(drafters, encoded, runs, es, path, max_draft, draft_min, costs) if es and params.greedy else {}
     rows = _rows(methods, runs, identical, cats, oracle, replayed)
@@ -525,13 +525,6 @@ def _annotate(rows: list[dict], runs: dict, methods: dict, cats: list[str], othe
         if curve and r["drafter"].endswith("plain"):
             r["batch_costs_ms"] = [round(1000 * curve[n], 3) for n in sorted(curve)]
             r["batch_cost_timings"] = timings
-
-
-def _priced_at(plain: _Edgespec, curve: dict[int, float]) -> Sequence[float]:
-    """Seconds per batch size as the controller prices them, from `curve`: the oracle's and replays' costs."""
-    cost = plain.llm.engine.controller.cost
-    cost.set_timed(curve)
-    return cost.costs()
 
 
 def _measured_edgespec(name: str) -> bool:

@@ -103,14 +103,14 @@ class AcceptanceModel:
     def take_counts(self) -> dict[str, list[list[float]]]:
         """[accepted, tried] per position of every kind since the last call, undecayed:
         what a run adds to the long-run rates kept for the next process."""
-        out = {k: [a.tolist(), t.tolist()] for k, (a, t) in self._counts.items()}
+        out = _listed(self._counts)
         self._counts = {}
         return out
 
     def long_run(self) -> dict[str, list[list[float]]]:
         """[accepted, tried] per position of every kind, undecayed: the seeded counts and
         everything since, from which each prompt's starting rates come."""
-        return {k: [a.tolist(), t.tolist()] for k, (a, t) in self._long.items()}
+        return _listed(self._long)
 
     def seed(self, counts: dict[str, list[list[float]]]) -> None:
         """Take each kind's [accepted, tried] per position kept by earlier runs as its
@@ -138,6 +138,11 @@ class AcceptanceModel:
         if e is None:
             e = self._expected[key] = _expected(self.rates(key).tolist())
         return e[: k + 1]
+
+
+def _listed(table: dict[str, list[np.ndarray]]) -> dict[str, list[list[float]]]:
+    """A table of [accepted, tried] arrays per kind as plain lists (JSON, a seed)."""
+    return {k: [a.tolist(), t.tolist()] for k, (a, t) in table.items()}
 
 
 def _expected(rates: list[float]) -> list[float]:
