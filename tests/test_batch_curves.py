@@ -96,3 +96,24 @@ def test_the_bench_runs_each_prompts_methods_in_the_next_balanced_order():
         ["peer", "plain", "auto", "lookup"],
         ["plain", "lookup", "peer", "auto"],  # the orders start again
     ]
+
+
+def test_a_curve_timed_apart_is_tabled_per_timing_beside_the_prior_it_replaces():
+    """`python3 -m edgespec.bench.curves` times the curve after plain decoding of a prompt of
+    each category in turn; its table shows every timing, their median and the prior."""
+    from edgespec.api import EdgeSpec
+    from edgespec.bench.curves import timed_apart
+    from edgespec.bench.record import BATCH_CURVES, markdown, record
+    from edgespec.runtimes.reference import ReferenceBackend
+
+    llm = EdgeSpec(ReferenceBackend(), drafter="none", max_draft=4)
+    prompts = [{"category": "code", "prompt": "def f(x):"}, {"category": "code", "prompt": "class A:"},
+               {"category": "chat", "prompt": "Hello there"}]
+    rows = timed_apart(llm, prompts, timings=3, max_tokens=8)
+    assert [r["after"] for r in rows] == ["code", "chat", "code"]
+    assert all(len(r["batch_costs_ms"]) == 5 and min(r["batch_costs_ms"]) > 0 for r in rows)
+    table = markdown(record(rows, "reference", "python3 -m edgespec.bench.curves", kind=BATCH_CURVES,
+                            prior_units=[1.0, 1.9, 2.7, 3.5, 4.3]))
+    assert "| tokens in the batch | timing 1 (code) | timing 2 (chat) | timing 3 (code) | median | prior |" in table
+    five = next(line for line in table.splitlines() if line.startswith("| 5 |"))
+    assert five.endswith("| 4.30 |")  # the prior, after the three timings and their median

@@ -273,3 +273,32 @@ def test_a_backend_opened_with_more_threads_than_cores_is_not_reported_as_crowde
     assert engine.last_stats.threads == engine.last_stats.threads_most == psutil.cpu_count()
     assert "other programs are busy" not in engine.last_stats.summary()
     engine.close()
+
+
+def test_a_program_wanting_half_a_core_is_measured_taking_about_half_of_one():
+    """`python3 -m edgespec.bench.other_programs` runs such programs beside decoding."""
+    from edgespec.bench.other_programs import busy_program
+
+    with busy_program(0.5):
+        time.sleep(0.3)  # started
+        load = OtherLoad()
+        time.sleep(1.5)
+        cores = load.cores()
+    assert 0.25 < cores < 0.9
+
+
+def test_decoding_beside_other_programs_is_tabled_per_share_and_thread_count(monkeypatch):
+    from edgespec.api import EdgeSpec
+    from edgespec.bench import other_programs
+    from edgespec.bench.record import OTHER_PROGRAMS, markdown, record
+    from edgespec.runtimes.reference import ReferenceBackend
+
+    monkeypatch.setattr(other_programs, "SHARES", (0.0, 1.0))
+    llm = EdgeSpec(ReferenceBackend(), drafter="none", threads=2)
+    rows = other_programs.measure(llm, llm.tokenize("Hello there"), most=2, max_tokens=4, rounds=1)
+    assert [(r["wants"], r["threads"]) for r in rows] == [(0.0, 2), (0.0, 1), (1.0, 2), (1.0, 1)]
+    assert all(r["tokens_per_s"] > 0 for r in rows)
+    table = markdown(record(rows, "reference", "python3 -m edgespec.bench.other_programs", kind=OTHER_PROGRAMS,
+                            max_tokens=4, rounds=1))
+    assert "| the program wants, of a core | cores measured beside 2 threads | beside 1 thread |" in table
+    assert "| 1.00 |" in table

@@ -1,8 +1,10 @@
 """What each rule of prompt lookup and of the draft controller is worth: plain decoding's
 texts replayed (replay.py) by `lookup` with every rule, then with one rule taken out at a
-time, all at one batch-cost curve, on a fresh machine and on one that stored the acceptance
-rates of a first pass. A replay writes plain's text and is charged the curve's price for
-each batch, so timing noise is out and the differences are the rules'.
+time, all at one batch-cost curve, in three machine states: a first run (nothing timed or
+stored: the curve is learned from the replay's own batches), a fresh machine (the curve
+known, no acceptance rates) and one that stored the rates of a first pass. A replay writes
+plain's text and is charged the curve's price for each batch, so timing noise is out and
+the differences are the rules'.
 
     python3 -m edgespec.bench.ablations -m qwen2.5-coder-1.5b --prompts all \\
         --curve docs/bench/epyc-zen4-2core.json --json docs/bench/ablations-epyc-zen4-2core.json
@@ -27,14 +29,14 @@ import numpy as np
 
 from edgespec.api import EdgeSpec
 from edgespec.bench.common import encode_prompt, load_prompts
-from edgespec.bench.record import ABLATIONS, ablation_lines, record
+from edgespec.bench.record import ABLATIONS, emit, record
 from edgespec.bench.replay import priced, replay
 from edgespec.drafters.lookup import CopyBreaks, PromptLookupDrafter
 from edgespec.errors import EdgespecError
 from edgespec.models.store import resolve
 from edgespec.runtimes import open_backend
 from edgespec.spec.backend import Tokenizer
-from edgespec.spec.controller import DRAFT_MARGIN, AcceptanceModel
+from edgespec.spec.controller import DRAFT_MARGIN, AcceptanceModel, DraftController
 from edgespec.spec.drafter import Draft
 from edgespec.spec.engine import Engine
 
@@ -82,7 +84,10 @@ RULES: dict[str, tuple[str, Callable[[], AbstractContextManager]]] = {
                     lambda: patch.object(CopyBreaks, "safe_length", lambda self, copy: len(copy))),
     "prompt key": ("copies from the prompt learned apart (`/p`)", _keys_without("/p")),
     "match keys": ("ambiguous and continued matches learned apart (`/a`, `/c`)", _keys_without("/a", "/c")),
+    "unmeasured sizes tried": ("a batch size not timed yet is tried where it would pay at the cheapest rows",
+                               lambda: patch.object(DraftController, "_size_to_learn", lambda self, *a: 0)),
 }
+LEARNING_ONLY = {"unmeasured sizes tried"}  # acts only while the curve is being learned
 
 
 def plain_texts(model: str, prompts: list[dict], max_tokens: int, ctx: int, threads: int | None
@@ -111,15 +116,19 @@ def curve_of(record_path: Path) -> dict[int, float]:
 def ablate(tokenizer: Tokenizer, texts: list[tuple[str, list[int], list[int]]], costs: np.ndarray) -> list[dict]:
     """A row per rule taken out (first: none), machine and category, from replays of `texts`
     ((category, prompt ids, plain's answer)) priced at `costs` (seconds per batch size): on a
-    fresh machine, then on one that stored the acceptance rates of a first pass over the same
-    texts with every rule in place, as a machine does between processes."""
+    first run, which learns the curve as it goes; on a fresh machine, which knows it; then on
+    one that also stored the acceptance rates of a first pass over the same texts with every
+    rule in place, as a machine does between processes."""
     stored: dict = {}
     replay(tokenizer, texts, DRAFTER, costs, MAX_DRAFT, learned=stored)
     rows = []
-    for machine, seed in (("fresh", None), ("rates stored", stored)):
+    for machine, seed, curve_known in (("first run", None, False), ("fresh", None, True),
+                                       ("rates stored", stored, True)):
         for rule, (does, taken_out) in {"none": ("every rule in place", nullcontext), **RULES}.items():
+            if curve_known and rule in LEARNING_ONLY:
+                continue
             with taken_out():
-                totals = replay(tokenizer, texts, DRAFTER, costs, MAX_DRAFT, seed)
+                totals = replay(tokenizer, texts, DRAFTER, costs, MAX_DRAFT, seed, curve_known=curve_known)
             for cat in [*(c for c in totals if c != "all"), "all"]:
                 plain_s, replay_s, drafted, accepted = totals[cat]
                 rows.append({"machine": machine, "taken_out": rule, "rule": does, "category": cat,
@@ -149,10 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     rec = record(rows, args.model, "python3 -m edgespec.bench.ablations", kind=ABLATIONS, drafter=DRAFTER,
                  batch_costs_ms=[round(1000 * curve[n], 3) for n in sorted(curve)])
-    print("\n".join(ablation_lines(rec)))
-    if args.json:
-        args.json.write_text(json.dumps(rec, indent=2) + "\n")
-    return 0
+    return emit(rec, args.json)
 
 
 if __name__ == "__main__":

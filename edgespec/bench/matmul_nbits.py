@@ -1,15 +1,20 @@
 """One FFN-sized 4-bit product on ONNX Runtime (MatMulNBits, random weights), per kind of
 zero point and compute type: what the 4-bit exports' layout rests on (docs/design.md).
 
-    python3 -m edgespec.bench.matmul_nbits            # K 1536, N 8960, block 32, 2 threads
+    python3 -m edgespec.bench.matmul_nbits --json docs/bench/matmul-nbits-epyc-zen4-2core.json
+    # K 1536, N 8960 (Qwen2.5-Coder-1.5B's FFN), block 32, 2 threads
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+from edgespec.bench.record import MATMUL_NBITS, emit, record
 
 
 def session(k: int, n: int, block: int, zero_points: str, accuracy_level: int, threads: int):
@@ -34,28 +39,37 @@ def session(k: int, n: int, block: int, zero_points: str, accuracy_level: int, t
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def main() -> None:
+def timed_ms(s, k: int, rows: int) -> float:
+    """Milliseconds per call on `rows` random rows, after three warm-up calls."""
+    a = np.random.default_rng(1).random((rows, k), dtype=np.float32)
+    for _ in range(3):
+        s.run(None, {"A": a})
+    t = time.perf_counter()
+    for _ in range(20):
+        s.run(None, {"A": a})
+    return (time.perf_counter() - t) / 20 * 1000
+
+
+def main(argv: list[str] | None = None) -> int:
+    import onnxruntime
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-k", type=int, default=1536)
     ap.add_argument("-n", type=int, default=8960)
     ap.add_argument("--block", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
-    print("| zero points | compute | 1 row, ms | 16 rows, ms |\n|---|---|---:|---:|")
+    ap.add_argument("--json", type=Path, help="write the rows, the machine and the command here")
+    args = ap.parse_args(argv)
+    rows = []
     for zp in ("none (8)", "uint8", "float"):
         for level, compute in ((0, "float32"), (4, "int8")):
             s = session(args.k, args.n, args.block, zp.split()[0], level, args.threads)
-            ms = []
-            for rows in (1, 16):
-                a = np.random.default_rng(1).random((rows, args.k), dtype=np.float32)
-                for _ in range(3):
-                    s.run(None, {"A": a})
-                t = time.perf_counter()
-                for _ in range(20):
-                    s.run(None, {"A": a})
-                ms.append((time.perf_counter() - t) / 20 * 1000)
-            print(f"| {zp} | {compute} | {ms[0]:.2f} | {ms[1]:.2f} |")
+            rows.append({"zero_points": zp, "compute": compute, "ms_1_row": round(timed_ms(s, args.k, 1), 3),
+                         "ms_16_rows": round(timed_ms(s, args.k, 16), 3)})
+    rec = record(rows, f"MatMulNBits K {args.k}, N {args.n}, block {args.block}", "python3 -m edgespec.bench.matmul_nbits",
+                 kind=MATMUL_NBITS, threads=args.threads, onnxruntime=onnxruntime.__version__)
+    return emit(rec, args.json)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 
 from edgespec.memory.footprint import fmt_bytes, parse_bytes
@@ -179,7 +180,7 @@ ABLATIONS = "ablations"  # a record of `python3 -m edgespec.bench.ablations`
 
 def ablation_lines(rec: dict) -> list[str]:
     """x plain per category with every rule, then with each rule taken out, per machine state
-    (fresh, or with stored rates); the curve priced at."""
+    (first run, fresh, or with stored rates); the curve priced at."""
     cats = _categories(rec["rows"])
     out = ["| machine | taken out | the rule | " + " | ".join(cats) + " |", "|---|---|---|" + "---:|" * len(cats)]
     by: dict[tuple[str, str], dict[str, dict]] = {}
@@ -195,9 +196,71 @@ def ablation_lines(rec: dict) -> list[str]:
                       f"{ms[0]:.1f} ms, " + ", ".join(f"{n} tokens {ms[n - 1] / ms[0]:.2f}x" for n in sizes) + "."]
 
 
+BATCH_CURVES = "batch curves"  # a record of `python3 -m edgespec.bench.curves`
+
+
+def batch_curve_lines(rec: dict) -> list[str]:
+    """Each timing's batch costs in units of its own one-token cost, their median, and the
+    prior the controller prices a size at until it is measured; one token's ms in the header."""
+    rows = rec["rows"]
+    units = [[ms / r["batch_costs_ms"][0] for ms in r["batch_costs_ms"]] for r in rows]
+    ones = ", ".join(f"{r['batch_costs_ms'][0]:.1f}" for r in rows)
+    out = ["| tokens in the batch | " + " | ".join(f"timing {r['timing']} ({r['after']})" for r in rows)
+           + " | median | prior |", "|---:|" + "---:|" * (len(rows) + 2)]
+    for n in range(2, len(units[0]) + 1):
+        cells = [u[n - 1] for u in units]
+        out.append(f"| {n} | " + " | ".join(f"{c:.2f}" for c in cells)
+                   + f" | {float(np.median(cells)):.2f} | {rec['prior_units'][n - 1]:.2f} |")
+    busy = max((r["other_cores"] or 0.0) for r in rows)
+    took = [r["took_s"] for r in rows]
+    return out + ["", f"In units of one token timed in the same timing (one token: {ones} ms); each size the "
+                      f"median of three, a timing {min(took):.1f}-{max(took):.1f} s. Other processes kept at most "
+                      f"{busy:.2f} cores busy while a curve was timed."]
+
+
+OTHER_PROGRAMS = "other programs"  # a record of `python3 -m edgespec.bench.other_programs`
+
+
+def other_program_lines(rec: dict) -> list[str]:
+    """Per share of a core another program wants: the cores edgespec measured it taking and
+    tokens/s, on the most threads and on one fewer, and the one's speed against the other's."""
+    by: dict[float, dict[int, dict]] = {}
+    for r in rec["rows"]:
+        by.setdefault(r["wants"], {})[r["threads"]] = r
+    most = max(r["threads"] for r in rec["rows"])
+    fewer = f"{most - 1} thread" + "s" * (most > 2)
+    out = [f"| the program wants, of a core | cores measured beside {most} threads | beside {fewer} | "
+           f"tok/s on {most} threads | on {fewer} | {fewer} against {most} |", "|---:|---:|---:|---:|---:|---:|"]
+    for share, t in by.items():
+        a, b = t[most], t[most - 1]
+        out.append(f"| {share:.2f} | {a['other_cores']:.2f} | {b['other_cores']:.2f} | {a['tokens_per_s']:.1f} | "
+                   f"{b['tokens_per_s']:.1f} | {b['tokens_per_s'] / a['tokens_per_s']:.2f}x |")
+    return out + ["", f"{rec['max_tokens']} tokens of a chat prompt per run; the thread counts alternate on one "
+                      f"loaded model, each row the median of {rec['rounds']} rounds."]
+
+
+MATMUL_NBITS = "matmul nbits"  # a record of `python3 -m edgespec.bench.matmul_nbits`
+
+
+def matmul_nbits_lines(rec: dict) -> list[str]:
+    """ms per call of one 4-bit product per kind of zero point and compute type."""
+    return ["| zero points | compute | 1 row, ms | 16 rows, ms |", "|---|---|---:|---:|"] + [
+        f"| {r['zero_points']} | {r['compute']} | {r['ms_1_row']:.2f} | {r['ms_16_rows']:.2f} |" for r in rec["rows"]] + [
+        "", f"Random weights; onnxruntime {rec['onnxruntime']}, {rec['threads']} threads, each call timed 20 times."]
+
+
 KINDS = {EXPORTS: lambda rec: VALIDATION_HEADER + [validation_line(r) for r in rec["rows"]],
          SERVER: _server, SWEEP: _sweep, FOOTPRINTS: lambda rec: footprint_lines(rec["rows"]),
-         ABLATIONS: ablation_lines}
+         ABLATIONS: ablation_lines, BATCH_CURVES: batch_curve_lines, OTHER_PROGRAMS: other_program_lines,
+         MATMUL_NBITS: matmul_nbits_lines}
+
+
+def emit(rec: dict, path: Path | None) -> int:
+    """A module's record: its table printed, and the record written to `path` if one is given."""
+    print("\n".join(KINDS[rec["kind"]](rec)))
+    if path:
+        path.write_text(json.dumps(rec, indent=2) + "\n")
+    return 0
 
 
 def _fmt(v: float | None, spec: str = ".2f") -> str:

@@ -33,12 +33,15 @@ REPLAYABLE = ("lookup", "ngram")  # drafters that see only the text
 class ReplayBackend(Backend):
     """A target that writes a recorded greedy text: the logits after position i put
     all weight on the recorded token i + 1. `simulated_seconds` prices a batch from
-    `costs[n]` (seconds for n tokens), so the controller plans from those costs."""
+    `costs[n]` (seconds for n tokens), so the controller plans from those costs; with
+    `curve_known` False it is not told them up front, and learns each size from the
+    batches it runs, as on a machine that has timed nothing yet."""
 
     name = "replay"
 
-    def __init__(self, tokenizer: Tokenizer, costs: np.ndarray, n_ctx: int) -> None:
+    def __init__(self, tokenizer: Tokenizer, costs: np.ndarray, n_ctx: int, curve_known: bool = True) -> None:
         self.tokenizer, self.costs, self.n_ctx = tokenizer, np.asarray(costs, dtype=float), n_ctx
+        self.curve_known = curve_known
         self.text: list[int] = []
         self.charged: list[float] = []  # seconds per eval, in order
         self._n = 0
@@ -69,6 +72,11 @@ class ReplayBackend(Backend):
     def memory(self) -> dict[str, int]:
         return {}
 
+    @property
+    def simulated(self) -> bool:
+        """Costs known up front only with `curve_known`; else the engine learns what each batch is charged."""
+        return self.curve_known
+
     def simulated_seconds(self, n: int, n_past: int) -> float:
         top = len(self.costs) - 1
         if n <= top:
@@ -86,16 +94,17 @@ def priced(llm: EdgeSpec, curve: dict[int, float]) -> np.ndarray:
 
 def replay(tokenizer: Tokenizer, runs: Sequence[tuple[str, Sequence[int], Sequence[int]]], drafter: str,
            costs: np.ndarray, max_draft: int, seed: dict | None = None, min_k: int = 0,
-           learned: dict | None = None) -> dict[str, list[float]]:
+           learned: dict | None = None, curve_known: bool = True) -> dict[str, list[float]]:
     """Replay `drafter` over `runs` (category, prompt ids, plain greedy output), one
     engine for all of them in order, as the bench runs them. `seed`: each kind's
     long-run acceptance, as the real run's controller started from; `min_k`: as the bench's
     `--draft-min`; `learned`, if given, receives the acceptance counts of every kind at the
-    end, the seed's and the replay's, as a machine stores them (a `seed` for another replay).
+    end, the seed's and the replay's, as a machine stores them (a `seed` for another replay);
+    `curve_known` False: the engine learns the curve from the replay's batches (ReplayBackend).
 
     Returns per category and "all": [plain seconds, replayed seconds, drafted, accepted],
     decode only (after the first token, which comes with the prompt)."""
-    backend = ReplayBackend(tokenizer, costs, n_ctx=max(len(p) + len(o) for _, p, o in runs) + max_draft + 2)
+    backend = ReplayBackend(tokenizer, costs, max(len(p) + len(o) for _, p, o in runs) + max_draft + 2, curve_known)
     llm = EdgeSpec(backend, drafter=drafter, max_draft=max_draft)
     llm.engine.controller.min_k = min_k
     if seed:

@@ -2,11 +2,10 @@
 that leaves it.
 
 llama.cpp's threads spin at their barriers, so a program busy on a core they need
-slows decoding far more than its own share: on a 2-core VM (Qwen2.5-Coder-1.5B, 2
-threads) a program that wanted a quarter of a core got 0.15 of one and decoding lost
-9%; one that wanted a whole core got 0.65 and decoding lost 59%. Timings taken then
-describe the load, not the machine: a bench's ratios, and a cost curve that would be
-cached and price later runs. psutil reads the system's and this process's CPU time
+slows decoding far more than its own share, and is measured taking less than it wants
+(docs/design.md, "Threads beside other programs"). Timings taken then describe the
+load, not the machine: a bench's ratios, and a cost curve that would be cached and
+price later runs. psutil reads the system's and this process's CPU time
 (/proc/stat on Linux), so measuring costs two reads.
 """
 
@@ -20,8 +19,8 @@ from dataclasses import dataclass
 
 import psutil
 
-# An idle machine measures about 0.01 of a core; a load that measures 0.15 already cost
-# decoding 9% (above). Below this many cores taken, others are noise.
+# Below this many cores taken, others are noise: an idle machine measures near none, and a
+# program measured taking more already slows decoding (docs/design.md).
 NOISE_CORES = 0.1
 # The clock ticks of /proc/stat (10 ms) make shorter spans too coarse to judge.
 MIN_SECONDS = 1.0
