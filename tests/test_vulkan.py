@@ -93,8 +93,8 @@ def test_a_memory_budget_on_the_gpu_offloads_every_layer_and_the_peak_stays_unde
     a child process: shader pipelines for every verification width, compiled with Mesa's
     shader cache off); the plan offloads every layer, and the profile's peak RSS stays under
     the budget and the prediction. The profile runs with the shader cache off too, like for
-    like: a warm cache holds less (144 MB less for SmolLM2 on lavapipe on one machine, 195 MB
-    on another), so against a warm run the prediction is that much high, safely."""
+    like: a warm cache holds less (docs/gpu.md), so against a warm run the prediction is that
+    much high, safely."""
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"category": "code", "messages": [
         {"role": "user", "content": "Write a Python function that adds two numbers."}]}) + "\n")
@@ -102,7 +102,7 @@ def test_a_memory_budget_on_the_gpu_offloads_every_layer_and_the_peak_stays_unde
                  "--prompts", str(prompts), "-b", "750MB", "--json", str(tmp_path / "p.json"), timeout=1500,
                  env={**os.environ, "MESA_SHADER_CACHE_DISABLE": "true"})
     assert r.returncode == 0, r.stderr
-    out = json.loads((tmp_path / "p.json").read_text())
+    out = json.loads((tmp_path / "p.json").read_text())["rows"][0]  # a record of one run
     assert out["plan"]["n_gpu_layers"] == 31 and out["predicted_components"]["gpu_driver"] > 0
     assert out["within_budget"] and out["peak_rss"] <= 750_000_000
     assert -0.10 <= out["error"] <= 0.35, out["error"]  # (predicted - peak) / peak

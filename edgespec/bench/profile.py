@@ -24,7 +24,7 @@ from rich.table import Table
 
 from edgespec.api import EdgeSpec
 from edgespec.bench.common import encode_prompt, print_wide, timed
-from edgespec.bench.record import SWEEP_COLUMNS, sweep_cells
+from edgespec.bench.record import SWEEP_COLUMNS, rows_of, sweep_cells
 from edgespec.errors import EdgespecError
 from edgespec.memory.footprint import fmt_bytes, peak_rss, process_rss
 from edgespec.runtimes.gpu.devices import place
@@ -202,7 +202,7 @@ def profile_child(model: str, args: list[str]) -> dict:
         cmd = [sys.executable, "-m", "edgespec", "profile", model, *args, "--json", str(out), "--quiet"]
         p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
         if p.returncode == 0:
-            return json.loads(out.read_text())
+            return rows_of(json.loads(out.read_text()))[0]
     msg = (p.stderr.strip().splitlines() or ["failed"])[-1]
     return {"error_message": msg.removeprefix("error: ")}
 

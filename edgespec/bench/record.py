@@ -239,6 +239,22 @@ def other_program_lines(rec: dict) -> list[str]:
                       f"loaded model, each row the median of {rec['rounds']} rounds."]
 
 
+PROFILE = "profile"  # a record of `edgespec profile --json` (one run, no sweep)
+
+
+def profile_lines(rec: dict) -> list[str]:
+    """The run's plan, predicted total against measured peak RSS, and, on a GPU, the driver's
+    memory as measured cold (a child process, Mesa's shader cache off) and counted in the plan."""
+    out = ["| device | layers on the GPU | context | drafter | budget | GPU driver, measured cold | predicted | "
+           "peak RSS | error |", "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+    for r in rec["rows"]:
+        plan, driver = r["plan"], r["predicted_components"].get("gpu_driver")
+        out.append(f"| {r['device']} | {plan['n_gpu_layers'] or '-'} | {plan['n_ctx']} | {plan['drafter']} | "
+                   f"{fmt_bytes(plan['budget']) if plan['budget'] else '-'} | {fmt_bytes(driver) if driver else '-'} | "
+                   f"{fmt_bytes(r['predicted_total'])} | {fmt_bytes(r['peak_rss'])} | {r['error']:+.1%} |")
+    return out
+
+
 MATMUL_NBITS = "matmul nbits"  # a record of `python3 -m edgespec.bench.matmul_nbits`
 
 
@@ -252,7 +268,7 @@ def matmul_nbits_lines(rec: dict) -> list[str]:
 KINDS = {EXPORTS: lambda rec: VALIDATION_HEADER + [validation_line(r) for r in rec["rows"]],
          SERVER: _server, SWEEP: _sweep, FOOTPRINTS: lambda rec: footprint_lines(rec["rows"]),
          ABLATIONS: ablation_lines, BATCH_CURVES: batch_curve_lines, OTHER_PROGRAMS: other_program_lines,
-         MATMUL_NBITS: matmul_nbits_lines}
+         MATMUL_NBITS: matmul_nbits_lines, PROFILE: profile_lines}
 
 
 def emit(rec: dict, path: Path | None) -> int:

@@ -10,7 +10,7 @@ import typer
 
 from edgespec.bench.common import load_prompts
 from edgespec.bench.profile import plot, print_profile, print_sweep, run_profile, sweep
-from edgespec.bench.record import SWEEP, record
+from edgespec.bench.record import PROFILE, SWEEP, record
 from edgespec.cli.common import (BudgetOpt, CtxOpt, DeviceOpt, DrafterOpt, MaxDraftOpt, ThreadsOpt, app, err, fail, out,
                                  user_errors)
 from edgespec.memory.footprint import fmt_bytes, process_rss
@@ -64,11 +64,17 @@ def profile(
         result["sweep"] = sweep(model, drafter, [None, *levels], ctx, threads, max_draft, max_tokens, prompts,
                                 limit, err, category, device)
         print_sweep(result["sweep"], out, base)
-    if json_path:  # a sweep is a record for the docs (edgespec bench --markdown prints its table), without
-        # the memory samples over time that each run keeps for --plot
-        rows = [{k: v for k, v in x.items() if k not in ("samples", "marks")} for x in result.get("sweep", [])]
-        json_path.write_text(json.dumps(record(rows, model, kind=SWEEP, plain_footprint=base), indent=2)
-                             if sweep_budgets else json.dumps(r))
+    if json_path:  # a record for the docs (edgespec bench --markdown prints its table), without the
+        # memory samples over time that each run keeps for --plot
+        if sweep_budgets:
+            rec = record([_unsampled(x) for x in result["sweep"]], model, kind=SWEEP, plain_footprint=base)
+        else:
+            rec = record([{**_unsampled(r), "device": device}], model, kind=PROFILE)
+        json_path.write_text(json.dumps(rec, indent=2))
     if plot_path:
         plot(plot_path, r, result.get("sweep"))
         console.print(f"[dim]wrote {plot_path}[/]")
+
+
+def _unsampled(run: dict) -> dict:
+    return {k: v for k, v in run.items() if k not in ("samples", "marks")}
