@@ -4,7 +4,7 @@ that want a growing share of one core. The figures behind `cpu_load.SHARED_READS
 `GIVE_UP` (docs/design.md).
 
     python3 -m edgespec.bench.other_programs -m qwen2.5-coder-1.5b \\
-        --json docs/bench/other-programs-epyc-zen4-2core.json
+        --json docs/bench/other-programs-qwen1.5b-epyc-zen4-2core.json
 
 Each program is busy for its share of every 10 ms and sleeps the rest. For each share the
 thread counts alternate, `--rounds` times, on one loaded model, so each pair is measured
