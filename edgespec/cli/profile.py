@@ -65,16 +65,13 @@ def profile(
                                 limit, err, category, device)
         print_sweep(result["sweep"], out, base)
     if json_path:  # a record for the docs (edgespec bench --markdown prints its table), without the
-        # memory samples over time that each run keeps for --plot
+        # memory samples over time that a run keeps for --plot (a sweep's runs come from such records)
         if sweep_budgets:
-            rec = record([_unsampled(x) for x in result["sweep"]], model, kind=SWEEP, plain_footprint=base)
+            rec = record(result["sweep"], model, kind=SWEEP, plain_footprint=base)
         else:
-            rec = record([{**_unsampled(r), "device": device}], model, kind=PROFILE)
+            unsampled = {k: v for k, v in r.items() if k not in ("samples", "marks")}
+            rec = record([{**unsampled, "device": device}], model, kind=PROFILE)
         json_path.write_text(json.dumps(rec, indent=2))
     if plot_path:
         plot(plot_path, r, result.get("sweep"))
         console.print(f"[dim]wrote {plot_path}[/]")
-
-
-def _unsampled(run: dict) -> dict:
-    return {k: v for k, v in run.items() if k not in ("samples", "marks")}
