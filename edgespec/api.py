@@ -98,6 +98,10 @@ class EdgeSpec:
     `threads` fixes the CPU threads. Left None, llama.cpp computes on the physical cores
     less those other programs keep busy, measured before each generation and every second during
     it (`last_stats.threads`).
+
+    `idle_timing`: between answers, once the model has sat idle a second, time the batch
+    sizes this machine's cost curve lacks, one batch at a time (an answer that arrives waits
+    for one batch at most); the drafter then prices long drafts by what they cost here.
     """
 
     def __init__(
@@ -112,6 +116,7 @@ class EdgeSpec:
         memory_budget: int | str | None = None,
         device: str = "cpu",
         ep_options: dict[str, str] | None = None,
+        idle_timing: bool = True,
     ) -> None:
         self.plan: Plan | None = None
         opts: dict = {}  # a budget's choices for llama.cpp, target and drafter model alike
@@ -151,7 +156,8 @@ class EdgeSpec:
             self.backend.close()
             raise
         # threads left to us (None): fewer while other programs hold cores, as a chat beside a build wants
-        self.engine = Engine(self.backend, self.drafter, controller=controller, adapt_threads=threads is None)
+        self.engine = Engine(self.backend, self.drafter, controller=controller, adapt_threads=threads is None,
+                             idle_timing=idle_timing)
         self._active: threading.Event | None = None
         self._template = None  # the compiled chat template, on first use
 

@@ -153,27 +153,30 @@ def test_bench_replays_text_only_drafters_on_plains_own_output(smollm2_path, tmp
 
 
 @pytest.mark.real_model
-def test_bench_decodes_plain_and_every_drafter_on_one_context_and_peers_against_their_own_plain(
+def test_bench_runs_every_method_in_a_process_of_its_own_and_peers_against_their_own_plain(
         smollm2_path, monkeypatch):
-    """Two llama.cpp contexts of one model decode a few percent apart for a whole run, so
-    plain and edgespec's drafters share one; llama-cpp-python's own generation runs in its
-    own context, and its prompt lookup is compared with its own plain."""
+    """A user runs one engine: each method decodes in a process of its own, plain decoding
+    too, and every one is stopped at the end. llama-cpp-python's prompt lookup is compared
+    with llama-cpp-python's own plain generation."""
     from rich.console import Console
 
     from edgespec.bench import run
     from edgespec.bench.common import load_prompts
 
-    opened = []
-    real_open = run.open_backend
+    started = []
+    real_worker = run.Worker
 
-    def counting_open(*args, **kwargs):
-        opened.append(args[0])
-        return real_open(*args, **kwargs)
+    def recording_worker(label, spec):
+        w = real_worker(label, spec)
+        started.append(w)
+        return w
 
-    monkeypatch.setattr(run, "open_backend", counting_open)
+    monkeypatch.setattr(run, "Worker", recording_worker)
     rows = run.run_bench(str(smollm2_path), load_prompts("shipped", 1), ["lookup", "auto"], 16, 2048, 2, 8, True,
                          Console(stderr=True))
-    assert len(opened) == 1  # plain, lookup and auto: one backend
+    assert sorted(w.label for w in started) == ["auto", "llama-cpp-python", "llama-cpp-python-lookup", "lookup", "plain"]
+    assert len({w.pid for w in started}) == 5
+    assert not any(w._proc.is_alive() for w in started)
     by = {(r["drafter"], r["category"]): r for r in rows}
     theirs, their_lookup = by[("llama-cpp-python", "all")], by[("llama-cpp-python-lookup", "all")]
     assert their_lookup["ratio_to_plain"] == pytest.approx(
@@ -181,6 +184,8 @@ def test_bench_decodes_plain_and_every_drafter_on_one_context_and_peers_against_
     assert theirs["ratio_to_plain"] == pytest.approx(
         theirs["tokens_per_s"] / by[("plain", "all")]["tokens_per_s"], abs=0.002)
     assert by[("plain", "all")]["overhead_ms_per_token"] is not None  # edgespec's own engine, drafting nothing
+    # the methods' processes are the bench's own work, not another program's load on its cores
+    assert by[("plain", "all")]["other_cores"] is None or by[("plain", "all")]["other_cores"] < 0.9
 
 
 def test_bench_refuses_a_temperature_where_it_cannot_measure_one():

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from edgespec.spec.controller import LEARN_AFTER, AcceptanceModel, CostModel, DraftController, prior_units
+from edgespec.spec.controller import LEARN_AFTER, OPTIMISTIC_ROW, AcceptanceModel, CostModel, DraftController, prior_units
 
 
 def controller_with_costs(costs):
@@ -201,6 +201,25 @@ def test_sizes_never_drafted_are_tried_where_they_might_pay_so_long_drafts_stay_
     chosen, speed = _decode(c, "lookup/n8+/c", 0.97, 200)
     assert c.cost.knows(3) and max(chosen[-100:]) >= 2
     assert speed > 1.97 / EPYC_UNITS[2]  # more than one-token drafts could give
+
+
+def test_a_measured_kernel_step_does_not_keep_longer_drafts_out_of_reach():
+    """llama.cpp switches kernels at some batch sizes: here 8 tokens cost a step more than 7,
+    and 16 hardly more than 8. Priced up from the step, a size past it would never be tried;
+    priced also from one token, the longer sizes are tried where copies are nearly always
+    accepted, and join the curve."""
+    units = {1: 1.0, 2: 1.5, 3: 2.0, 4: 2.5, 5: 3.0, 6: 3.4, 7: 3.9, 8: 6.5}
+    c = DraftController(max_k=16)
+    c.cost.set_timed({n: 0.080 * u for n, u in units.items()})
+    optimistic = c.cost.optimistic_costs()
+    assert optimistic[17] == pytest.approx(0.080 * (1 + 16 * OPTIMISTIC_ROW))
+    assert optimistic[8] == pytest.approx(0.080 * 6.5)  # a measured size is what it measured
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        k = c.choose("lookup/n8+/c", 16)
+        n = next((i for i in range(k) if rng.random() > 0.98), k)
+        c.record("lookup/n8+/c", k, n, k + 1, 0.080 * (units.get(k + 1) or 6.5 + 0.1 * (k - 7)))
+    assert any(c.cost.knows(n) for n in range(9, 18))
 
 
 def test_trying_unmeasured_sizes_costs_novel_text_nothing():

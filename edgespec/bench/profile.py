@@ -80,9 +80,10 @@ def run_profile(model: str, drafter: str, budget: str | int | None, n_ctx: int, 
     place(device)
     with MemorySampler() as mem:
         start = mem.mark("start")
-        # a fixed thread count: plain and speculative share the backend and are compared side by side
+        # a fixed thread count: plain and speculative share the backend and are compared side by side;
+        # nothing timed at idle, which would fall between the phases the profile times
         llm = EdgeSpec(model, drafter=drafter, n_ctx=n_ctx, threads=threads or default_threads(), max_draft=max_draft,
-                       memory_budget=budget, quiet=True, device=device)
+                       memory_budget=budget, quiet=True, device=device, idle_timing=False)
         try:
             if llm.plan is None:
                 raise EdgespecError(f"{model} is not a GGUF model: the memory model covers llama.cpp models")

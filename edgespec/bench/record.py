@@ -328,16 +328,28 @@ def _projected(rows: list[dict]) -> list[str]:
 
 
 def _headline(rows: list[dict]) -> list[str]:
+    """Plain's speed, `auto`'s over it, the best llama-server type's over llama-server's plain,
+    and `auto`'s against that type's, each ratio with its paired interval over the prompts."""
     out = ["| | " + " | ".join(_categories(rows)) + " |", "|---|" + "---|" * len(_categories(rows))]
     by = {(r["category"], r["drafter"]): r for r in rows}
     best = {c: max((r for r in rows if r["category"] == c and r["drafter"].startswith("llama-server:")),
                    key=lambda r: r["ratio_to_plain"] or 0, default=None) for c in _categories(rows)}
+
+    def with_interval(ratio: float | None, interval: list | None) -> str:
+        return _fmt(ratio) + (" ({:.2f}-{:.2f})".format(*interval) if interval else "")
+
+    def auto_vs_peer(c: str) -> str:
+        compared = by[(c, "auto")].get("against_best_peer")
+        return with_interval(compared["ratio"], compared["interval"]) if compared else "-"
+
     lines = [
         ("plain llama.cpp, tok/s", lambda c: _fmt(by[(c, "plain")]["tokens_per_s"])),
-        ("edgespec `auto`, x plain", lambda c: _fmt(by[(c, "auto")]["ratio_to_plain"])),
+        ("edgespec `auto`, x plain",
+         lambda c: with_interval(by[(c, "auto")]["ratio_to_plain"], by[(c, "auto")].get("x_plain_interval"))),
         ("best llama-server `--spec-type`, x its plain",
-         lambda c: f"{_fmt(best[c]['ratio_to_plain'])} ({best[c]['drafter'].split(':', 1)[1]})" if best[c] else "-"),
-        ("edgespec `auto` against it", lambda c: _fmt(by[(c, "auto")].get("x_best_peer"))),
+         lambda c: f"{best[c]['drafter'].split(':', 1)[1]} "
+                   f"{with_interval(best[c]['ratio_to_plain'], best[c].get('x_plain_interval'))}" if best[c] else "-"),
+        ("edgespec `auto` against it", auto_vs_peer),
     ]
     for label, cell in lines:
         out.append(f"| {label} | " + " | ".join(cell(c) for c in _categories(rows)) + " |")

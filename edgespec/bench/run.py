@@ -1,11 +1,10 @@
 """`edgespec bench`: plain llama.cpp, edgespec's drafters and peers, side by side on the
-same prompts in one process, interleaved prompt by prompt in balanced orders, so machine
+same prompts in one run, interleaved prompt by prompt in balanced orders, so machine
 noise falls on all of them alike.
 
-Plain decoding and every drafter of a runtime and device share one backend (one context):
-two contexts of the same model in one process decode at speeds a few percent apart, for
-the whole run, which would pass for a drafter's gain or loss. A peer runs in its own
-context or process and is compared with its own plain row.
+Every timed method runs as a user runs it: in a process of its own (worker.py), plain
+decoding too. A peer is compared with its own plain row (llama-cpp-python's lookup with
+llama-cpp-python, llama-server's speculation with llama-server).
 
 Every method is timed the same way: a stream, clocked from its first token to its
 last, so prefill is excluded everywhere and tokens/s is decoding speed.
@@ -17,20 +16,21 @@ import os
 from collections import defaultdict
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Callable, Iterator, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from rich.console import Console
 from rich.table import Table
 
 from edgespec.api import EdgeSpec
 from edgespec.bench import llama_server
-from edgespec.bench.common import Run, encode_prompt, print_wide, timed
+from edgespec.bench.common import Run, encode_prompt, print_wide
 from edgespec.bench.curves import BatchCurves
 from edgespec.bench.hf_assisted import hf_methods
 from edgespec.bench.hybrid_compare import INTERVAL, against_best_member, against_best_peer, against_plain, verdict
 from edgespec.bench.llama_server import NAME, decode_timing
 from edgespec.bench.oracle import lookup_oracle_time
 from edgespec.bench.replay import REPLAYABLE, priced, replay
+from edgespec.bench.worker import MethodSpec, Worker
 from edgespec.drafters import HYBRID, check_drafter
 from edgespec.errors import EdgespecError
 from edgespec.memory.planner import uses_model
@@ -38,79 +38,12 @@ from edgespec.models.export_check import read_manifest
 from edgespec.models.store import model_file, resolve
 from edgespec.runtimes import open_backend
 from edgespec.spec import calibration
-from edgespec.spec.backend import Backend
 from edgespec.spec.cpu_load import OtherLoad, contends
-from edgespec.spec.drafter import drafter_backends
 from edgespec.spec.verifier import SamplingParams
 
 PLAIN = "plain"
 LCP = "llama-cpp-python"
 PEER = "llama-cpp-python-lookup"
-
-
-class _LlamaCppPython:
-    """llama-cpp-python's own high-level generation, as its users run it."""
-
-    def __init__(self, path: Path, ctx: int, threads: int, lookup: bool, is_eog: Callable[[int], bool],
-                 params: SamplingParams = SamplingParams()) -> None:
-        from llama_cpp import LLAMA_DEFAULT_SEED, Llama
-        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-
-        self.llm = Llama(
-            str(path), n_ctx=ctx, n_threads=threads, n_threads_batch=threads, n_batch=512,
-            draft_model=LlamaPromptLookupDecoding() if lookup else None, verbose=False,
-            # with a draft model Llama keeps logits for every position but sizes that
-            # buffer by n_batch unless logits_all is given: past 512 tokens it crashes
-            logits_all=lookup, seed=LLAMA_DEFAULT_SEED if params.seed is None else params.seed,
-        )
-        self.is_eog = is_eog
-        self.params = params
-
-    def run(self, ids: list[int], max_tokens: int) -> Run:
-        self.llm.reset()  # no prompt cache across methods: each run pays its own prefill
-
-        def tokens() -> Iterator[int]:
-            n = 0
-            p = self.params  # plain sampling, as edgespec's (no min-p, no repeat penalty)
-            for t in self.llm.generate(ids, temp=p.temperature, top_k=1 if p.greedy else p.top_k, top_p=p.top_p,
-                                       min_p=0.0, repeat_penalty=1.0, reset=True):
-                if self.is_eog(t):
-                    return
-                yield t
-                n += 1
-                if n >= max_tokens:
-                    return
-
-        toks, dt = timed(tokens())
-        return Run(toks, dt)
-
-
-class _Edgespec:
-    """edgespec's engine with one drafter ("none": plain decoding), on a backend shared
-    with the other methods of its runtime and device (`_on_one_backend`)."""
-
-    def __init__(self, backend: Backend, drafter: str, ctx: int, threads: int, max_draft: int,
-                 device: str = "cpu", draft_min: int = 0, params: SamplingParams = SamplingParams()) -> None:
-        self.llm = EdgeSpec(backend, drafter=drafter, n_ctx=ctx, threads=threads, max_draft=max_draft, device=device)
-        self.llm.engine.controller.min_k = draft_min
-        self.params = params
-
-    def run(self, ids: list[int], max_tokens: int) -> Run:
-        self.llm.reset()
-        d = self.llm.drafter
-        before = (d.steps, d.step_s) if d is not None else (0, 0.0)
-        toks, dt = timed(self.llm.engine.generate(ids, max_tokens, self.params))
-        st = self.llm.last_stats
-        after = (d.steps, d.step_s) if d is not None else (0, 0.0)
-        return Run(toks, dt, st.drafted, st.accepted, st.overhead_ms_per_token, st.steps,
-                   list(zip(st.position_tried, st.position_accepted)), after[0] - before[0],
-                   after[1] - before[1], {k: list(v) for k, v in st.by_key.items()})
-
-    def time_curve(self) -> dict[int, float]:
-        """Every batch size timed now on this engine's backend, from an empty context
-        (seconds by size). Only a plain engine's: a drafter's would lose the curve it learned."""
-        self.llm.reset()
-        return self.llm.engine.calibrate(fresh=True, save=False)
 
 
 class _Peer:
@@ -140,14 +73,6 @@ def _start_servers(model_path: Path, draft_models: dict[str, Path], ctx: int, th
         servers.append(server)
         methods[name] = _Peer(server, is_eog).run
     return methods
-
-
-def _on_one_backend(backend: Backend, drafters: list[str], ctx: int, threads: int, max_draft: int, draft_min: int,
-                    params: SamplingParams, device: str = "cpu") -> dict[str, _Edgespec]:
-    """Plain decoding (key "plain") and each drafter (its name) as methods on one backend:
-    two contexts of one model decode a few percent apart, which would pass for a drafter's effect."""
-    return {PLAIN if d == "none" else d: _Edgespec(backend, d, ctx, threads, max_draft, device, draft_min, params)
-            for d in ["none", *drafters]}
 
 
 def _plain_of(name: str, methods: dict) -> str:
@@ -186,13 +111,15 @@ def _label(drafter: str) -> str:
 
 
 def run_bench(*args, **kwargs) -> list[dict]:
-    """`_run_bench`, with every llama-server it started stopped however it ends (Ctrl-C too)."""
+    """`_run_bench`, with every process it started (llama-servers, the methods' own)
+    stopped however it ends (Ctrl-C too)."""
     servers: list = []
+    workers: list[Worker] = []
     try:
-        return _run_bench(*args, servers=servers, **kwargs)
+        return _run_bench(*args, servers=servers, workers=workers, **kwargs)
     finally:
-        for server in servers:
-            server.close()
+        for child in [*servers, *workers]:
+            child.close()
 
 
 def _run_bench(
@@ -200,6 +127,7 @@ def _run_bench(
     threads: int | None, max_draft: int, peer: bool, console: Console, onnx: str | None = None,
     devices: list[str] | None = None, uag: bool = False, draft_min: int = 0,
     params: SamplingParams = SamplingParams(), peers: Sequence[str] = (), servers: list | None = None,
+    workers: list | None = None,
 ) -> list[dict]:
     """`onnx`: ONNX exports of the same model, comma-separated; their rows (`onnx:plain`,
     `onnx:<drafter>`; `onnx-int4:plain`, ... for several) run the same prompts on ONNX
@@ -222,93 +150,107 @@ def _run_bench(
     servers = servers if servers is not None else []
     others = [d for d in (devices or ["cpu"]) if d != "cpu"]
     init_backend(others[0] if others else "cpu")  # before anything starts llama.cpp's devices
-    setup = _Setup(drafters, ctx, threads, max_draft, draft_min, params)
-    with console.status(f"loading {model} for {1 + len(drafters) + 2 * peer} methods…"):
-        es, methods, tmpl = setup.on_cpu(path, model, peer, onnx)
+    seed = calibration.load_kinds(path, [])  # what each method's controller starts from
+    stores = calibration.kept_for(path, threads)  # a new machine's: nothing
+    setup = _Setup(drafters, ctx, threads, max_draft, draft_min, params, workers if workers is not None else [])
+    with console.status(f"loading {model} for {1 + len(drafters) + 2 * peer} methods, each in a process of its own…"):
+        host, es, methods = setup.on_cpu(path, model, peer, onnx)
     if peers:
         same_vocab = {label: model_file(drafter_paths[d]) for label, d in models.items()
-                      if drafter_backends(es[d].llm.drafter)[0].tokenizer.n_vocab == tmpl.tokenizer.n_vocab}
-        methods.update(_start_servers(model_file(path), same_vocab, ctx, threads, tmpl.backend.flash_attn,
-                                      tmpl.tokenizer.is_eog, servers, console))
+                      if es[d].info["drafter_vocab"] == host.tokenizer.n_vocab}
+        methods.update(_start_servers(model_file(path), same_vocab, ctx, threads, host.backend.flash_attn,
+                                      host.tokenizer.is_eog, servers, console))
     if uag:
-        methods.update(_hf_rows(prompts, tmpl, models, drafter_paths, es, path, threads, console))
-    encoded = _encoded(prompts, tmpl, max_tokens, ctx)
+        methods.update(_hf_rows(prompts, host, models, drafter_paths, path, threads, console))
+    encoded = _encoded(prompts, host, max_tokens, ctx)
     warm = encoded[0][1][:32]
     for run in methods.values():  # page in weights, allocate buffers
         run(warm, 8)
     # GPU methods load after the CPU's are timed: a software GPU (lavapipe) compiles its
     # shaders on the CPU, in threads that would run through the CPU's calibration
     for dev in others:
-        methods.update(setup.on_device(path, model, dev, warm, console))
-    load = OtherLoad(own=tuple(s.proc.pid for s in servers))  # the peers' decoding is the bench's own
+        methods.update(setup.on_device(path, dev, warm, console))
+    # the peers' and the methods' processes are the bench's own work, not other programs' load
+    load = OtherLoad(own=tuple(s.proc.pid for s in servers) + tuple(w.pid for w in setup.workers))
     timed_curves = BatchCurves(setup.plain_engines())
     runs, identical = _interleave(methods, encoded, max_tokens, params, console, timed_curves.time)
     other_cores = _report_load(load, threads, console)
     cats = list(dict.fromkeys(c for c, _ in encoded))
     curves = timed_curves.print(console)
-    costs = priced(setup.plain.llm, curves[""]) if es else None
-    oracle = _oracle_times(encoded, runs, costs, cats, console) if es else {}
-    replayed = _replays(drafters, encoded, runs, es, path, max_draft, draft_min, costs) if es and params.greedy else {}
+    costs = priced(host, curves[""]) if PLAIN in methods else None
+    oracle = _oracle_times(encoded, runs, costs, cats, console) if costs is not None else {}
+    replayed = _replays(drafters, encoded, runs, host, seed, max_draft, draft_min, costs) \
+        if costs is not None and params.greedy else {}
     rows = _rows(methods, runs, identical, cats, oracle, replayed)
     _annotate(rows, runs, methods, cats, other_cores, costs, curves, len(timed_curves.timings), servers)
+    for r in rows:
+        r["stores_at_start"] = stores
     return rows
 
 
 class _Setup:
-    """Loads the methods of each runtime and device; remembers each one's plain engine, on
-    which the batch-cost curves are timed."""
+    """Starts each method of each runtime and device in a process of its own; remembers each
+    one's plain method, on which the batch-cost curves are timed."""
 
     def __init__(self, drafters: list[str], ctx: int, threads: int, max_draft: int, draft_min: int,
-                 params: SamplingParams) -> None:
+                 params: SamplingParams, workers: list[Worker]) -> None:
         self.drafters, self.ctx, self.threads = drafters, ctx, threads
         self.max_draft, self.draft_min, self.params = max_draft, draft_min, params
-        self.on_onnx: dict[str, _Edgespec] = {}
-        self.on_device_rows: dict[str, _Edgespec] = {}
-        self.plain: _Edgespec | None = None  # llama.cpp's on the CPU
+        self.workers = workers  # every method's process, in the order started (the caller stops them)
+        self.plains: dict[str, Worker] = {}  # each runtime's and device's plain method, by the prefix of its rows
 
-    def plain_engines(self) -> dict[str, _Edgespec]:
-        """Each runtime's and device's plain engine, by the prefix of its rows ("" for llama.cpp's on the CPU)."""
-        others = {n.removesuffix(PLAIN): g for n, g in {**self.on_device_rows, **self.on_onnx}.items()
-                  if n.endswith(":" + PLAIN)}
-        return {"": self.plain, **others} if self.plain else others
+    def plain_engines(self) -> dict[str, Worker]:
+        """Each runtime's and device's plain method, by the prefix of its rows ("" for llama.cpp's on the CPU)."""
+        return self.plains
 
-    def _engines(self, backend: Backend, device: str = "cpu") -> dict[str, _Edgespec]:
-        return _on_one_backend(backend, self.drafters, self.ctx, self.threads, self.max_draft, self.draft_min,
-                               self.params, device)
+    def _start(self, label: str, spec: MethodSpec) -> Worker:
+        worker = Worker(label, spec)
+        self.workers.append(worker)
+        return worker
+
+    def _engines(self, model: Path, prefix: str = "", device: str = "cpu") -> dict[str, Worker]:
+        """Plain decoding (key "plain") and each drafter (its name) on `model`, each in a process of its own."""
+        engines = {}
+        for d in ["none", *self.drafters]:
+            name = PLAIN if d == "none" else d
+            engines[name] = self._start(prefix + name, MethodSpec(
+                str(model), d, self.ctx, self.threads, self.max_draft, self.draft_min, device, self.params))
+        self.plains[prefix] = engines[PLAIN]
+        return engines
 
     def on_cpu(self, path: Path, model: str, peer: bool,
-               onnx: str | None) -> tuple[dict[str, _Edgespec], dict[str, Callable], EdgeSpec]:
+               onnx: str | None) -> tuple[EdgeSpec, dict[str, Worker], dict[str, Callable]]:
         """The methods on the CPU: llama.cpp's plain and drafter rows, llama-cpp-python's with
-        `peer`, each ONNX export's. Also returns the drafters' engines by drafter, and plain's
-        engine, whose tokenizer and backend the others share."""
-        es = self._engines(open_backend(path, n_ctx=self.ctx, threads=self.threads))
-        plain = self.plain = es.pop(PLAIN)
-        tmpl = plain.llm
-        eog = tmpl.tokenizer.is_eog
-        methods: dict[str, Callable] = {PLAIN: plain.run}
+        `peer`, each ONNX export's. Also returns the model opened here for its tokenizer and
+        template (it decodes nothing), and the drafters' processes by drafter."""
+        host = EdgeSpec(open_backend(path, n_ctx=self.ctx, threads=self.threads), drafter="none", n_ctx=self.ctx,
+                        max_draft=self.max_draft, idle_timing=False)
+        es = self._engines(path)
+        methods: dict[str, Callable] = {PLAIN: es.pop(PLAIN).run}
         if peer:
-            methods[LCP] = _LlamaCppPython(path, self.ctx, self.threads, False, eog, self.params).run
-            methods[PEER] = _LlamaCppPython(path, self.ctx, self.threads, True, eog, self.params).run
+            tok = host.tokenizer
+            eog = tuple(t for t in range(tok.n_vocab) if tok.is_eog(t))
+            for name, lookup in ((LCP, False), (PEER, True)):
+                spec = MethodSpec(str(path), ctx=self.ctx, threads=self.threads, params=self.params,
+                                  llama_cpp_python=True, lookup=lookup, eog=eog)
+                methods[name] = self._start(name, spec).run
         methods.update({_label(d): m.run for d, m in es.items()})
         for prefix, export in _onnx_prefixes(onnx).items():
-            shared = open_backend(export, n_ctx=self.ctx, threads=self.threads)
-            on_export = self._engines(shared)  # refuses a trimmed one
-            if shared.tokenizer.n_vocab != tmpl.tokenizer.n_vocab:
+            on_export = self._engines(export, f"{prefix}:")  # refuses a trimmed one
+            if self.plains[f"{prefix}:"].info["n_vocab"] != host.tokenizer.n_vocab:
                 raise EdgespecError(f"{export} has another vocabulary than {model}: export the same model")
-            for name, o in on_export.items():
-                self.on_onnx[f"{prefix}:{name}"] = o
-                methods[f"{prefix}:{name}"] = o.run
-        return es, methods, tmpl
+            methods.update({f"{prefix}:{name}": o.run for name, o in on_export.items()})
+        return host, es, methods
 
-    def on_device(self, path: Path, model: str, dev: str, warm: list[int], console: Console) -> dict[str, Callable]:
+    def on_device(self, path: Path, dev: str, warm: list[int], console: Console) -> dict[str, Callable]:
         """The model on llama.cpp's `dev`: rows `dev:plain`, `dev:<drafter>`, warmed."""
-        with console.status(f"loading {model} on --device {dev}…"):
-            shared = open_backend(path, n_ctx=self.ctx, threads=self.threads, device=dev)
-            if shared.device == "CPU":  # a CPU fallback would only repeat the CPU's rows
-                raise EdgespecError(f"--device {dev}: {shared.notice}")
-            console.print(f"{dev}: {shared.device}" + (f" ({shared.notice})" if shared.notice else ""), highlight=False)
-            rows = {f"{dev}:{name}": g for name, g in self._engines(shared, dev).items()}
-        self.on_device_rows.update(rows)
+        with console.status(f"loading {path.name} on --device {dev}…"):
+            rows = {f"{dev}:{name}": g for name, g in self._engines(path, f"{dev}:", dev).items()}
+            info = rows[f"{dev}:{PLAIN}"].info
+            if info["device"] == "CPU":  # a CPU fallback would only repeat the CPU's rows
+                raise EdgespecError(f"--device {dev}: {info['notice']}")
+            console.print(f"{dev}: {info['device']}" + (f" ({info['notice']})" if info["notice"] else ""),
+                          highlight=False)
         for g in rows.values():
             g.run(warm, 8)
         return {name: g.run for name, g in rows.items()}
@@ -334,14 +276,15 @@ def _checked(drafters: list[str], peers: Sequence[str], params: SamplingParams, 
     return drafter_paths
 
 
-def _hf_rows(prompts: list[dict], tmpl: EdgeSpec, models: dict[str, str], drafter_paths: dict, es: dict,
+def _hf_rows(prompts: list[dict], tmpl: EdgeSpec, models: dict[str, str], drafter_paths: dict,
              path: Path, threads: int, console: Console) -> dict[str, Callable]:
     """transformers' plain greedy and its assisted generation with each model drafter."""
     with console.status("loading the models in transformers (dequantized to float32)…"):
         eog_ids = [t for t in range(tmpl.tokenizer.n_vocab) if tmpl.tokenizer.is_eog(t)]
         texts = [t for p in prompts for t in ([p["prompt"]] if "prompt" in p else [m["content"] for m in p["messages"]])]
-        # each drafter model's llama.cpp tokenizer is the one its engine row already loaded
-        on_hf = [(label, model_file(drafter_paths[d]), drafter_backends(es[d].llm.drafter)[0].tokenizer)
+        # each drafter model's llama.cpp tokenizer, opened here (its engine row runs in a process of its own)
+        on_hf = [(label, model_file(drafter_paths[d]),
+                  open_backend(drafter_paths[d], n_ctx=512, threads=threads).tokenizer)
                  for label, d in models.items()]
         hf, notices = hf_methods(model_file(path), tmpl.tokenizer, on_hf, eog_ids, threads, texts)
     for n in notices:
@@ -549,15 +492,14 @@ def _report_load(load: OtherLoad, threads: int, console: Console) -> float | Non
 REPLAY = "replay:"
 
 
-def _replays(drafters: list[str], encoded: list[tuple[str, list[int]]], runs: dict, es: dict, path: Path,
+def _replays(drafters: list[str], encoded: list[tuple[str, list[int]]], runs: dict, host: EdgeSpec, seed: dict,
              max_draft: int, draft_min: int, costs: Sequence[float]) -> dict[str, dict[str, list[float]]]:
     """Each text-only drafter replayed on plain's outputs (replay.py) at `costs`, the curve
-    the oracle is priced at: the same text for every method, so the ratio is the method's alone."""
+    the oracle is priced at, from `seed`, the acceptance the real runs' controllers started
+    from: the same text for every method, so the ratio is the method's alone."""
     plain = {cat: iter(runs[(PLAIN, cat)]) for cat in dict.fromkeys(c for c, _ in encoded)}
     recorded = [(cat, ids, next(plain[cat]).tokens) for cat, ids in encoded]  # runs[...] is in prompt order
-    first = next(iter(es.values())).llm
-    seed = calibration.load_kinds(path, [])  # what the real runs' controllers started from, and added to
-    return {d: replay(first.tokenizer, recorded, d, costs, max_draft, seed, draft_min)
+    return {d: replay(host.tokenizer, recorded, d, costs, max_draft, seed, draft_min)
             for d in drafters if d in REPLAYABLE}
 
 

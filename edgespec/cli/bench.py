@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Optional
 
@@ -16,6 +17,7 @@ from edgespec.bench.simulated import print_projection, run_projection
 from edgespec.cli.common import CtxOpt, MaxDraftOpt, ModelOpt, ThreadsOpt, app, err, fail, out, user_errors
 from edgespec.errors import EdgespecError
 from edgespec.runtimes.gpu.devices import DEVICES
+from edgespec.spec import calibration
 from edgespec.spec.verifier import SamplingParams
 
 
@@ -58,10 +60,12 @@ def bench(
     temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 is greedy. Above 0 every row samples "
                                       "(plain llama.cpp too) and model drafters sample their drafts."),
     seed: int = typer.Option(0, "--seed", help="With --temperature: each prompt's sampling seed."),
+    fresh: bool = typer.Option(False, "--fresh", help="Start every method from empty stores, as on a new machine: "
+                               "no batch-cost curve, no learned acceptance (a temporary store; yours is not touched)."),
 ) -> None:
     """Plain llama.cpp, its prompt lookup and edgespec's drafters, side by side in one run.
 
-    Example: edgespec bench -m qwen2.5-coder-1.5b --drafters lookup,auto --peers llama-server -n 256 --json bench.json
+    Example: edgespec bench -m qwen2.5-coder-1.5b --drafters lookup,auto --peers llama-server --fresh --json bench.json
     (edgespec bench --markdown bench.json then prints its table;
     add --onnx FOLDER[,FOLDER] to run `edgespec export`s of the model on ONNX Runtime beside llama.cpp;
     --backend fpga-sim prices every call on a simulated KV260 FPGA instead of timing this CPU;
@@ -98,10 +102,11 @@ def bench(
     bad = [d for d in devices if d not in DEVICES]
     if bad or not devices or devices[0] != "cpu" and len(devices) > 1:
         fail(f"--device takes cpu, or cpu followed by others (cpu,gpu): got {device!r}")
-    rows = run_bench(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft, peer, err,
-                     onnx=onnx, devices=devices, uag=uag, draft_min=draft_min,
-                     params=SamplingParams(temperature=temperature, seed=seed),
-                     peers=[p.strip() for p in peers.split(",") if p.strip()])
+    with calibration.temporary_store() if fresh else nullcontext():
+        rows = run_bench(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft, peer, err,
+                         onnx=onnx, devices=devices, uag=uag, draft_min=draft_min,
+                         params=SamplingParams(temperature=temperature, seed=seed),
+                         peers=[p.strip() for p in peers.split(",") if p.strip()])
     print_rows(rows, out)
     if json_path:
         json_path.write_text(json.dumps(record(rows, model), indent=2))

@@ -13,8 +13,10 @@ import hashlib
 import json
 import os
 import platform
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import platformdirs
@@ -29,6 +31,34 @@ CURVE_FORMAT = 2
 DRAFTER_STEP = "drafter-step|"  # prefixes a drafter backend's cost key for its step cost
 MIN_STEPS = 16  # drafted tokens before a drafter's mean cost is worth keeping
 CALIBRATION_ENV = "EDGESPEC_CALIBRATION"
+
+
+@contextmanager
+def temporary_store() -> Iterator[Path]:
+    """Measurements kept in an empty folder of their own, removed after: a run that starts
+    as a new machine would, leaving the user's own store as it was. Processes started
+    meanwhile inherit it."""
+    before = os.environ.get(CALIBRATION_ENV)
+    with tempfile.TemporaryDirectory(prefix="edgespec-fresh-") as tmp:
+        os.environ[CALIBRATION_ENV] = tmp
+        try:
+            yield Path(tmp)
+        finally:
+            if before is None:
+                os.environ.pop(CALIBRATION_ENV, None)
+            else:
+                os.environ[CALIBRATION_ENV] = before
+
+
+def kept_for(path: str | os.PathLike, threads: int | None) -> dict[str, int]:
+    """What the store holds for a model file now: the batch sizes of its latest curve on this
+    machine (any thread count, `threads` first) and the kinds of draft whose acceptance is kept."""
+    try:
+        prefix = model_prefix(path)
+    except OSError:
+        return {"curve_sizes": 0, "acceptance_kinds": 0}
+    curve = (latest(f"{prefix}{threads}|") if threads else None) or latest(prefix) or {}
+    return {"curve_sizes": len(curve), "acceptance_kinds": len(load_kinds(path, []))}
 
 
 def _dir() -> Path:

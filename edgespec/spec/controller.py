@@ -292,11 +292,21 @@ class CostModel:
         return self._cache
 
     def optimistic_costs(self) -> np.ndarray:
-        """costs(), with every unmeasured size priced at `OPTIMISTIC_ROW` per extra row."""
+        """costs(), with every unmeasured size priced at `OPTIMISTIC_ROW` per extra row, from
+        the nearest measured size below or from one token, whichever is cheaper: llama.cpp's
+        kernels change at some sizes, so the step a measured size took says nothing of the
+        sizes above it (16 tokens can cost less than 9)."""
         if self._optimistic is None and self.complete:  # nothing unmeasured to be optimistic about
             self._optimistic = self.costs()
         if self._optimistic is None:
-            self._optimistic = self._interpolate([1.0 + max(0, n - 1) * OPTIMISTIC_ROW for n in range(self.max_n + 1)])
+            rows = [1.0 + max(0, n - 1) * OPTIMISTIC_ROW for n in range(self.max_n + 1)]
+            out = self._interpolate(rows)
+            if self.calibrated:
+                one = out[1]
+                for n in range(2, self.max_n + 1):
+                    if n not in self._t:
+                        out[n] = min(out[n], one * rows[n])
+            self._optimistic = out
         return self._optimistic
 
     def _interpolate(self, prior: list[float]) -> np.ndarray:
@@ -431,10 +441,11 @@ class DraftController:
     def _size_to_learn(self, key: str, best: int, e: np.ndarray, gain: np.ndarray, draft_seconds: float,
                        per_token_seconds: float) -> int:
         """The shortest draft longer than the `best` choice whose batch size is not measured
-        yet and would beat it if its rows cost `OPTIMISTIC_ROW`; 0 if none. A size never drafted is never
-        measured, and priced by the pessimistic prior it would never be drafted: long drafts
-        would stay out of reach wherever they pay but less than the prior demands.
-        Verified `LEARN_AFTER` times, a size joins the curve and is priced as measured."""
+        yet and would beat it if its rows cost `OPTIMISTIC_ROW` (`CostModel.optimistic_costs`);
+        0 if none. A size never drafted is never measured, and priced by the pessimistic prior
+        it would never be drafted: long drafts would stay out of reach wherever they pay but
+        less than the prior demands. Verified `LEARN_AFTER` times, a size joins the curve and
+        is priced as measured."""
         k_max = len(e) - 1
         unmeasured = [k for k in range(best + 1, k_max + 1) if not self.cost.knows(k + 1)]
         if not unmeasured:  # the usual case: nothing to price optimistically

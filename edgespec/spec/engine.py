@@ -23,9 +23,11 @@ from edgespec.spec.controller import DraftController
 from edgespec.spec.cpu_load import MIN_SECONDS, OtherLoad, RecentLoad, contends, fitting_threads
 from edgespec.spec.drafter import EMPTY, Draft, Drafter, drafter_backends, model_drafters
 from edgespec.spec.hindsight import Hindsight
+from edgespec.spec.idle import IdleTiming, gate_of
 from edgespec.spec.sequence import common_prefix
 from edgespec.spec.stats import GenerationStats
 from edgespec.spec.verifier import SamplingParams, sample, verify_greedy, verify_sampling
+
 
 class Engine:
     """One target backend, one drafter (or none), one conversation's KV cache."""
@@ -38,6 +40,7 @@ class Engine:
         controller: DraftController | None = None,
         calibrate: bool = True,
         adapt_threads: bool = False,
+        idle_timing: bool = False,
     ) -> None:
         self.backend = backend
         self.drafter = drafter
@@ -48,7 +51,7 @@ class Engine:
         self._calibrate = calibrate and drafter is not None
         self.cached: list[int] = []
         self.last_stats = GenerationStats()
-        self._lock = threading.Lock()  # one generation at a time per backend
+        self._gate = gate_of(backend)  # one generation at a time per backend, idle timing between them
         self._seeded = False  # the controller has read what earlier processes learned of each kind
         # each model drafter's drafted-token count and seconds over generations that ran on
         # quiet cores: a drafter's own counters keep its whole life, loaded stretches too
@@ -64,6 +67,10 @@ class Engine:
         self._ran_beside: tuple[float, int] | None = None  # (others' cores, own threads), latest measured
         self._window: OtherLoad | None = None  # others' load in the current second of a generation
         self._curve_borrowed = False  # the cost curve is another thread count's (see _set_threads)
+        # idle_timing: between answers, time the batch sizes the curve lacks (idle.py)
+        self._idle_timing = IdleTiming(self._gate, self.controller.cost, self._time_idle_batch,
+                                       lambda: backend.n_ctx - backend.n_past, self._quiet, self._keep_curve) \
+            if idle_timing and self._calibrate and not backend.simulated else None
 
     # -- cost calibration ---------------------------------------------------
 
@@ -85,6 +92,11 @@ class Engine:
         every size even when a cached curve exists. A curve timed while other processes
         took the cores is not cached (`save=False`: the caller caches it).
         """
+        with self._gate.generation():  # nothing else computes on the backend meanwhile
+            return self._time_curve(sizes, repeats, warm, fresh, save)
+
+    def _time_curve(self, sizes: Sequence[int] | None, repeats: int, warm: bool, fresh: bool,
+                    save: bool) -> dict[int, float]:
         b = self.backend
         base = b.n_past
         if b.simulated:  # its costs are known, not timed
@@ -134,7 +146,7 @@ class Engine:
         b, cost = self.backend, self.controller.cost
         if b.simulated:  # its costs are known, not timed
             if not cost.calibrated:
-                self.calibrate()
+                self._time_curve(None, 1, warm=False, fresh=False, save=False)
             return
         if cost.calibrated and cost.drifted():
             cost.relearn()
@@ -208,8 +220,29 @@ class Engine:
             except OSError:  # the model file went away: nothing to key a curve by
                 self._curve_borrowed = True
 
+    def _time_idle_batch(self, n: int) -> float | None:
+        """Seconds of one batch of n tokens after what the cache holds, undone after (the
+        backend held); None where the context has no room, or the curve in use is another
+        thread count's (it is not this count's to refine)."""
+        b = self.backend
+        base = b.n_past
+        if self._curve_borrowed or base + n > b.n_ctx:
+            return None
+        filler = self.cached[-1] if self.cached else (b.tokenizer.bos_id or 0)
+        t0 = time.perf_counter()
+        b.eval([filler] * n)
+        seconds = time.perf_counter() - t0
+        b.rollback(base)
+        return seconds
+
+    def _quiet(self, load: OtherLoad) -> bool:
+        return not self._contended(load.cores())
+
     def close(self) -> None:
-        """Stop watching other programs' load (the backends are their owner's to close)."""
+        """Stop timing at idle and watching other programs' load (the backends are their
+        owner's to close)."""
+        if self._idle_timing is not None:
+            self._idle_timing.close()
         if self._idle is not None:
             self._idle.close()
 
@@ -246,7 +279,7 @@ class Engine:
             raise ContextOverflowError(
                 f"the prompt is {len(prompt)} tokens; the context holds {b.n_ctx} (leave room for the answer)"
             )
-        with self._lock:
+        with self._gate.generation():
             yield from self._generate(prompt, max_tokens, params, cancel)
 
     def _generate(self, prompt: list[int], max_tokens: int, params: SamplingParams,
@@ -418,6 +451,8 @@ class Engine:
             self._keep_drafter_steps(steps_before)
         if self._calibrate and quiet:
             self._keep_curve()
+        if self._idle_timing is not None and ended:
+            self._idle_timing.wake()
         counts = self.controller.acceptance.take_counts()
         drafters = model_drafters(self.drafter)
         if params.greedy and b.path is not None:  # sampled acceptance depends on the temperature
