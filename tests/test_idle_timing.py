@@ -96,6 +96,29 @@ def test_an_answer_that_arrives_while_the_engine_times_at_idle_starts_within_hal
     engine.close()
 
 
+def test_a_reset_while_the_engine_times_at_idle_waits_for_the_batch_to_be_undone():
+    b = ClockedBackend("hello world, hello world", base=0.01, row=0.01)
+    events: list[tuple[str, str]] = []  # (thread, what), in order
+    evaluate, roll_back = b.eval, b.rollback
+    b.eval = lambda ids, n_logits=None: (events.append((threading.current_thread().name, "eval")),
+                                         evaluate(ids, n_logits))[1]
+    b.rollback = lambda n: (events.append((threading.current_thread().name, "rollback")), roll_back(n))[1]
+    engine = engine_on(b)
+    list(engine.generate(list(b"say hello"), 4))
+    assert wait_for(lambda: len(b.batches) > 8)  # timing at idle has started
+    for _ in range(20):
+        engine.reset()
+        time.sleep(0.013)
+    engine.close()
+    idle_batch_open = False
+    for thread, what in events:
+        if thread == "edgespec-idle-timing":
+            idle_batch_open = what == "eval"
+        else:
+            assert not idle_batch_open, "a reset rolled the cache back under an idle batch"
+    assert b.n_past == 0
+
+
 def test_nothing_is_timed_while_other_programs_keep_the_cores_busy(monkeypatch):
     b = ClockedBackend("hello world")
     engine = engine_on(b)

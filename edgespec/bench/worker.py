@@ -3,7 +3,7 @@
 A method that shares its process with others shares what they leave behind: their
 llama.cpp contexts and repacked weights, their Python objects for the collector to walk,
 their threads. Timed so, the same drafts ran measurably slower than in a process of their
-own (docs/benchmarks.md), and a user runs one engine. So every timed method (plain
+own (docs/design.md, "The bench's processes"), and a user runs one engine. So every timed method (plain
 decoding, each drafter, llama-cpp-python's own generation) loads the model in a child
 process of its own and decodes there when the bench asks; the bench keeps only a
 tokenizer's use of the model, and clocks nothing itself.

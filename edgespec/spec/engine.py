@@ -253,9 +253,11 @@ class Engine:
     # -- generation -----------------------------------------------------------
 
     def reset(self) -> None:
-        """Forget the conversation (the drafter's learned statistics stay)."""
-        self.backend.rollback(0)
-        self.cached = []
+        """Forget the conversation (the drafter's learned statistics stay); after the batch
+        idle timing may be running, which undoes itself to where the cache stood."""
+        with self._gate.generation():
+            self.backend.rollback(0)
+            self.cached = []
 
     def generate(
         self,

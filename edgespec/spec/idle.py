@@ -34,7 +34,7 @@ class BackendGate:
     no generation runs or waits (engines sharing a backend share its gate)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a thread holding a paused generation may still reset
         self._count = threading.Lock()  # guards _waiting: generations may wait in several threads
         self._waiting = 0
         self._busy = False
