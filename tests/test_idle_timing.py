@@ -100,9 +100,16 @@ def test_a_reset_while_the_engine_times_at_idle_waits_for_the_batch_to_be_undone
     b = ClockedBackend("hello world, hello world", base=0.01, row=0.01)
     events: list[tuple[str, str]] = []  # (thread, what), in order
     evaluate, roll_back = b.eval, b.rollback
-    b.eval = lambda ids, n_logits=None: (events.append((threading.current_thread().name, "eval")),
-                                         evaluate(ids, n_logits))[1]
-    b.rollback = lambda n: (events.append((threading.current_thread().name, "rollback")), roll_back(n))[1]
+
+    def logged_eval(ids, n_logits=None):
+        events.append((threading.current_thread().name, "eval"))
+        return evaluate(ids, n_logits)
+
+    def logged_rollback(n):
+        events.append((threading.current_thread().name, "rollback"))
+        return roll_back(n)
+
+    b.eval, b.rollback = logged_eval, logged_rollback
     engine = engine_on(b)
     list(engine.generate(list(b"say hello"), 4))
     assert wait_for(lambda: len(b.batches) > 8)  # timing at idle has started

@@ -7,7 +7,7 @@ plain's text and is charged the curve's price for each batch, so timing noise is
 the differences are the rules'.
 
     python3 -m edgespec.bench.ablations -m qwen2.5-coder-1.5b --prompts all \\
-        --curve docs/bench/epyc-zen4-2core.json --json docs/bench/ablations-epyc-zen4-2core.json
+        --curve docs/bench/epyc-zen3-2core.json --json docs/bench/ablations-epyc-zen3-2core.json
 
 `--curve` prices batches at a bench record's curve (its plain row's `batch_costs_ms`),
 so the figures sit beside that record's; without it the curve is timed here. A rule is
