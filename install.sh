@@ -129,17 +129,47 @@ case "$flags" in
 esac
 pyver="$("$PYTHON" -c 'import sys, platform; print(f"cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}")')"
 
-wheel_dir_for() {   # the cache folder of a build: keyed by version, flags and interpreter
-    key="$(printf '%s|%s|%s' "$LLAMA_CPP_PYTHON_VERSION" "$1" "$pyver" | sha256sum | cut -c1-16)"
+# edgespec's patches to the llama.cpp that llama-cpp-python vendors (runtimes/patches: the x86
+# small-batch kernels), applied before the wheel is built; the cache key holds their hash
+patches=("$here"/runtimes/patches/*.patch)
+patch_hash="$(cat "${patches[@]}" 2>/dev/null | sha256sum | cut -c1-16)"
+
+wheel_dir_for() {   # the cache folder of a build: keyed by version, flags, interpreter and patches
+    key="$(printf '%s|%s|%s|%s' "$LLAMA_CPP_PYTHON_VERSION" "$1" "$pyver" "$patch_hash" | sha256sum | cut -c1-16)"
     wheel_dir="$cache_root/llama-cpp-python-$LLAMA_CPP_PYTHON_VERSION-$key"
+}
+
+# the sdist in $1, with the patches applied to its vendor/llama.cpp when they apply; which
+# did is written to $2 (none: the patches do not fit this version, and the build is llama.cpp's own)
+patched_source() {
+    local src="$1" p
+    if ! command -v git >/dev/null 2>&1; then
+        echo "edgespec: git is needed to apply edgespec's llama.cpp patches; building llama-cpp-python unpatched" >&2
+        echo none >"$2"
+        return
+    fi
+    # git apply is all or nothing: a series that does not fit leaves the source as it was
+    if git -C "$src/vendor/llama.cpp" apply "${patches[@]}" 2>/dev/null; then
+        for p in "${patches[@]}"; do basename "$p"; done >"$2"
+    else
+        echo "edgespec: edgespec's llama.cpp patches do not apply to llama-cpp-python $LLAMA_CPP_PYTHON_VERSION; building it unpatched" >&2
+        echo none >"$2"
+    fi
 }
 
 build_wheel() {
     echo "edgespec: building llama-cpp-python $LLAMA_CPP_PYTHON_VERSION (10-20 minutes, once per machine)"
     echo "edgespec: CMAKE_ARGS=$flags"
+    local tmp src
+    tmp="$(mktemp -d)"
     rm -rf "$wheel_dir.tmp" && mkdir -p "$wheel_dir.tmp"
-    CMAKE_ARGS="$flags" "$PYTHON" -m pip wheel --no-deps --no-cache-dir \
-        -w "$wheel_dir.tmp" "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" || return 1
+    "$PYTHON" -m pip download -q --no-deps --no-binary :all: -d "$tmp" "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" \
+        && tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp" || { rm -rf "$tmp"; return 1; }
+    src="$(echo "$tmp"/llama_cpp_python-*/)"
+    patched_source "$src" "$wheel_dir.tmp/patches"
+    CMAKE_ARGS="$flags" "$PYTHON" -m pip wheel --no-deps --no-cache-dir -w "$wheel_dir.tmp" "$src" \
+        || { rm -rf "$tmp"; return 1; }
+    rm -rf "$tmp"
     rm -rf "$wheel_dir" && mv "$wheel_dir.tmp" "$wheel_dir"   # only a finished build enters the cache
 }
 
@@ -167,12 +197,13 @@ else
     # --no-deps: a wheel of the same version would otherwise count as installed and be skipped
     "$PYTHON" -m pip install --force-reinstall --no-deps "$wheel_dir"/llama_cpp_python-*.whl
 fi
-# the key marks this build; the flags are for `edgespec doctor`
-"$PYTHON" -c 'import importlib.util, os, sys; d = os.path.dirname(importlib.util.find_spec("llama_cpp").origin); open(os.path.join(d, ".edgespec-build-flags"), "w").write(sys.argv[2]); open(os.path.join(d, ".edgespec-build"), "w").write(sys.argv[1])' "$key" "$flags"
+# the key marks this build; the flags and the patches applied are for `edgespec doctor` and the tests
+"$PYTHON" -c 'import importlib.util, os, sys; d = os.path.dirname(importlib.util.find_spec("llama_cpp").origin); open(os.path.join(d, ".edgespec-build-flags"), "w").write(sys.argv[2]); open(os.path.join(d, ".edgespec-build-patches"), "w").write(sys.argv[3]); open(os.path.join(d, ".edgespec-build"), "w").write(sys.argv[1])' "$key" "$flags" "$(cat "$wheel_dir/patches" 2>/dev/null || echo none)"
 
 # llama-server, built from the llama.cpp source this llama-cpp-python vendors (its sdist's
-# vendor/llama.cpp) with the same CPU flags, for the CPU only: the bench's peer. Cached per
-# machine like the wheel; edgespec finds it through the "llama-server" link in the cache.
+# vendor/llama.cpp) with the same CPU flags, for the CPU only: the bench's peer. It is built
+# without edgespec's patches, as users would get it. Cached per machine like the wheel;
+# edgespec finds it through the "llama-server" link in the cache.
 server_root="${EDGESPEC_SERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/edgespec/llama-server}"
 build_llama_server() {
     local cpu_flags="${flags% -DGGML_VULKAN=ON*}" key dir tmp src

@@ -12,8 +12,9 @@ import ctypes
 import os
 import platform
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import llama_cpp as ll
 import numpy as np
@@ -54,6 +55,43 @@ def init_backend(device: str = "cpu") -> None:
         prepare(device)
         ll.llama_backend_init()
         _backend_ready = True
+
+
+# install.sh's patch to llama.cpp (runtimes/patches): x86 kernels that multiply each weight block
+# by every row of a small batch; this switch, read at each product, turns them off
+SMALL_BATCH_SWITCH = "GGML_CPU_SMALL_BATCH"
+
+
+def small_batch_kernels() -> bool:
+    """Whether the installed llama.cpp was built with edgespec's small-batch kernels."""
+    try:
+        return "small-batch" in (Path(ll.__file__).parent / ".edgespec-build-patches").read_text()
+    except OSError:
+        return False
+
+
+@contextmanager
+def llama_cpp_kernels_only() -> Iterator[None]:
+    """llama.cpp's own kernels for small batches meanwhile (the bench's and the tests' comparison)."""
+    before = os.environ.get(SMALL_BATCH_SWITCH)
+    os.environ[SMALL_BATCH_SWITCH] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[SMALL_BATCH_SWITCH]
+        else:
+            os.environ[SMALL_BATCH_SWITCH] = before
+
+
+def _build() -> str:
+    """Which llama.cpp build computes, for the cost curve's key: install.sh's stamp (its key holds
+    the patches), the libraries llama-cpp-python was pointed at, and the small-batch switch."""
+    try:
+        stamp = (Path(ll.__file__).parent / ".edgespec-build").read_text()
+    except OSError:
+        stamp = ""
+    return f"{stamp}:{os.environ.get('LLAMA_CPP_LIB_PATH', '')}:{os.environ.get(SMALL_BATCH_SWITCH, '')}"
 
 
 def default_threads() -> int:
@@ -308,7 +346,7 @@ class LlamaCppBackend(Backend):
         info = ll.llama_print_system_info().decode(errors="replace")
         return "|".join(map(str, [self.path.resolve(), st.st_size, st.st_mtime_ns, self.n_threads, self.n_batch,
                                   self.flash_attn, self.kv_type, self.load, ll.__version__, info, cpu, platform.node(),
-                                  self.device, self.n_gpu_layers]))
+                                  self.device, self.n_gpu_layers, _build()]))
 
     def kv_bytes_per_token(self) -> int:
         head_dim = self.n_embd // max(1, self.n_head)

@@ -18,6 +18,7 @@ times, each after plain decoding of a shipped prompt, as a bench times it.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Protocol
@@ -31,33 +32,44 @@ from edgespec.bench.record import BATCH_CURVES, emit, record
 from edgespec.errors import EdgespecError
 from edgespec.models.store import resolve
 from edgespec.runtimes import open_backend
+from edgespec.runtimes.llamacpp import SMALL_BATCH_SWITCH, llama_cpp_kernels_only, small_batch_kernels
 from edgespec.spec.controller import prior_units
 from edgespec.spec.cpu_load import OtherLoad
 
 
 class _Timed(Protocol):
-    def time_curve(self) -> dict[int, float]: ...
+    def time_curve(self, small_batch: bool = True) -> dict[int, float]: ...
+
+
+def _median_curve(curves: list[dict[int, float]]) -> dict[int, float]:
+    sizes = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
+    return {n: float(np.median([c[n] for c in curves])) for n in sizes}
 
 
 class BatchCurves:
-    """Curves by the prefix of a runtime's rows ("" for llama.cpp on the CPU, "onnx:", "gpu:")."""
+    """Curves by the prefix of a runtime's rows ("" for llama.cpp on the CPU, "onnx:", "gpu:").
+    With `kernels_off`, llama.cpp's CPU curve is also timed each time with its own kernels for
+    small batches instead of edgespec's (runtimes/patches), so both builds' curves are one run's."""
 
-    def __init__(self, engines: dict[str, _Timed]) -> None:
+    def __init__(self, engines: dict[str, _Timed], kernels_off: bool = False) -> None:
         self.engines = engines
         self.timings: list[dict[str, dict[int, float]]] = []
+        self.kernels_off = kernels_off and "" in engines
+        self.off_timings: list[dict[int, float]] = []
 
     def time(self) -> None:
         """Every runtime's curve, once more (seconds by batch size)."""
         self.timings.append({prefix: e.time_curve() for prefix, e in self.engines.items()})
+        if self.kernels_off:
+            self.off_timings.append(self.engines[""].time_curve(small_batch=False))
 
     def medians(self) -> dict[str, dict[int, float]]:
         """Each runtime's median seconds per batch size over the timings so far."""
-        out = {}
-        for prefix in self.engines:
-            curves = [t[prefix] for t in self.timings]
-            sizes = sorted(set.intersection(*(set(c) for c in curves))) if curves else []
-            out[prefix] = {n: float(np.median([c[n] for c in curves])) for n in sizes}
-        return out
+        return {prefix: _median_curve([t[prefix] for t in self.timings]) for prefix in self.engines}
+
+    def medians_off(self) -> dict[int, float]:
+        """llama.cpp's CPU curve on its own small-batch kernels (empty unless timed)."""
+        return _median_curve(self.off_timings)
 
     def print(self, console: Console) -> dict[str, dict[int, float]]:
         """Says each median curve, in units of one token, with how far two tokens moved between timings."""
@@ -72,18 +84,27 @@ class BatchCurves:
             units = ", ".join(f"{n}: {t / cost[1]:.2f}" for n, t in cost.items())
             console.print(f"{label}batch cost timed after each category ({count}, median per size), in units of one "
                           f"token: {units}{spread}", highlight=False)
+        off = self.medians_off()
+        if off and medians.get(""):
+            units = ", ".join(f"{n}: {t / off[1]:.2f}" for n, t in off.items())
+            console.print(f"the same with llama.cpp's own small-batch kernels ({SMALL_BATCH_SWITCH}=0): {units}; "
+                          f"one token {medians[''][1] / off[1]:.3f}x their time", highlight=False)
         return medians
 
 
-def timed_apart(llm, prompts: list[dict], timings: int, max_tokens: int) -> list[dict]:
+def timed_apart(llm, prompts: list[dict], timings: int, max_tokens: int, kernels_off: bool = False,
+                other_build=None) -> list[dict]:
     """`timings` curves of `llm`'s plain engine (ms per batch size), each after plain decoding
     of a prompt of the next category in turn, with how long the timing took and the cores
-    other processes kept busy meanwhile."""
+    other processes kept busy meanwhile. With `kernels_off`, each timing also times the curve
+    on llama.cpp's own small-batch kernels; with `other_build` (a bench worker on another
+    llama.cpp build), that build's curve too, right after."""
     by_category: dict[str, list[dict]] = {}
     for row in prompts:
         by_category.setdefault(row["category"], []).append(row)
     turns = [rows[i] for i in range(max(map(len, by_category.values()))) for rows in by_category.values()
              if i < len(rows)]
+    ms = lambda seconds: [round(1000 * seconds[n], 3) for n in sorted(seconds)]  # noqa: E731
     rows = []
     for i in range(timings):
         row = turns[i % len(turns)]
@@ -93,9 +114,31 @@ def timed_apart(llm, prompts: list[dict], timings: int, max_tokens: int) -> list
         load = OtherLoad()
         seconds = llm.engine.calibrate(fresh=True, save=False)
         rows.append({"timing": i + 1, "after": row["category"], "other_cores": load.cores(), "took_s": load.seconds(),
-                     "batch_costs_ms": [round(1000 * seconds[n], 3) for n in sorted(seconds)]})
+                     "batch_costs_ms": ms(seconds)})
+        if kernels_off:
+            with llama_cpp_kernels_only():
+                rows[-1]["batch_costs_kernels_off_ms"] = ms(llm.engine.calibrate(fresh=True, save=False))
+        if other_build is not None:
+            rows[-1]["batch_costs_other_build_ms"] = ms(other_build.time_curve())
         print(f"timing {i + 1}/{timings}: 1 token {rows[-1]['batch_costs_ms'][0]:.1f} ms", file=sys.stderr, flush=True)
     return rows
+
+
+def _other_build(lib_dir: Path, model: Path, threads: int | None):
+    """A process of its own on the llama.cpp libraries in `lib_dir` (llama-cpp-python loads
+    LLAMA_CPP_LIB_PATH's), to time that build's curve beside this one's."""
+    from edgespec.bench.worker import MethodSpec, Worker
+    from edgespec.runtimes.llamacpp import default_threads
+
+    before = os.environ.get("LLAMA_CPP_LIB_PATH")
+    os.environ["LLAMA_CPP_LIB_PATH"] = str(lib_dir)
+    try:
+        return Worker(f"llama.cpp in {lib_dir}", MethodSpec(str(model), ctx=2048, threads=threads or default_threads()))
+    finally:
+        if before is None:
+            del os.environ["LLAMA_CPP_LIB_PATH"]
+        else:
+            os.environ["LLAMA_CPP_LIB_PATH"] = before
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,17 +148,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timings", type=int, default=5)
     ap.add_argument("-n", "--max-tokens", type=int, default=128, help="tokens decoded before each timing")
     ap.add_argument("--threads", type=int)
+    ap.add_argument("--other-build", type=Path, metavar="LIB_DIR",
+                    help="also time the curve on the llama.cpp libraries in this folder (another build), each timing")
     ap.add_argument("--json", type=Path, help="write the rows, the machine and the command here")
     args = ap.parse_args(argv)
+    other = None
     try:
-        llm = EdgeSpec(open_backend(resolve(args.model), n_ctx=2048, threads=args.threads), drafter="none")
-        rows = timed_apart(llm, load_prompts(None), max(args.timings, 1), args.max_tokens)
+        path = resolve(args.model)
+        llm = EdgeSpec(open_backend(path, n_ctx=2048, threads=args.threads), drafter="none")
+        if args.other_build:
+            other = _other_build(args.other_build, path, args.threads)
+        rows = timed_apart(llm, load_prompts(None), max(args.timings, 1), args.max_tokens,
+                           kernels_off=small_batch_kernels(), other_build=other)
     except EdgespecError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    finally:
+        if other is not None:
+            other.close()
     sizes = range(1, len(rows[0]["batch_costs_ms"]) + 1)
     rec = record(rows, args.model, "python3 -m edgespec.bench.curves", kind=BATCH_CURVES,
-                 prior_units=[round(prior_units(n), 3) for n in sizes])
+                 prior_units=[round(prior_units(n), 3) for n in sizes],
+                 other_build=str(args.other_build) if args.other_build else None)
     return emit(rec, args.json)
 
 

@@ -215,7 +215,26 @@ def batch_curve_lines(rec: dict) -> list[str]:
     took = [r["took_s"] for r in rows]
     return out + ["", f"In units of one token timed in the same timing (one token: {ones} ms); each size the "
                       f"median of three, a timing {min(took):.1f}-{max(took):.1f} s. Other processes kept at most "
-                      f"{busy:.2f} cores busy while a curve was timed."]
+                      f"{busy:.2f} cores busy while a curve was timed."] + _builds_compared(rec)
+
+
+def _builds_compared(rec: dict) -> list[str]:
+    """The median curve of each build timed in the run, in units of its own one token, and its
+    one token against this build's: edgespec's small-batch kernels on, off, another build."""
+    builds = [("this build", "batch_costs_ms"), ("its small-batch kernels off", "batch_costs_kernels_off_ms"),
+              (f"the build in {rec.get('other_build')}", "batch_costs_other_build_ms")]
+    builds = [(name, key) for name, key in builds if all(key in r for r in rec["rows"])]
+    if len(builds) < 2:
+        return []
+    med = {key: np.median([r[key] for r in rec["rows"]], axis=0) for _, key in builds}
+    sizes = len(med["batch_costs_ms"])
+    out = ["", "| build | one token (ms) | this build's one-token speed against it | "
+           + " | ".join(f"{n}" for n in range(2, sizes + 1)) + " |", "|---|---:|---:|" + "---:|" * (sizes - 1)]
+    for name, key in builds:
+        c = med[key]
+        out.append(f"| {name} | {c[0]:.1f} | {c[0] / med['batch_costs_ms'][0]:.3f}x | "
+                   + " | ".join(f"{t / c[0]:.2f}" for t in c[1:]) + " |")
+    return out + ["", "Medians over the timings, each build's sizes in units of its own one token."]
 
 
 OTHER_PROGRAMS = "other programs"  # a record of `python3 -m edgespec.bench.other_programs`

@@ -37,6 +37,7 @@ from edgespec.memory.planner import uses_model
 from edgespec.models.export_check import read_manifest
 from edgespec.models.store import model_file, resolve
 from edgespec.runtimes import open_backend
+from edgespec.runtimes.llamacpp import small_batch_kernels
 from edgespec.spec import calibration
 from edgespec.spec.cpu_load import OtherLoad, contends
 from edgespec.spec.verifier import SamplingParams
@@ -172,7 +173,7 @@ def _run_bench(
         methods.update(setup.on_device(path, dev, warm, console))
     # the peers' and the methods' processes are the bench's own work, not other programs' load
     load = OtherLoad(own=tuple(s.proc.pid for s in servers) + tuple(w.pid for w in setup.workers))
-    timed_curves = BatchCurves(setup.plain_engines())
+    timed_curves = BatchCurves(setup.plain_engines(), kernels_off=small_batch_kernels())
     runs, identical = _interleave(methods, encoded, max_tokens, params, console, timed_curves.time)
     other_cores = _report_load(load, threads, console)
     cats = list(dict.fromkeys(c for c, _ in encoded))
@@ -183,8 +184,11 @@ def _run_bench(
         if costs is not None and params.greedy else {}
     rows = _rows(methods, runs, identical, cats, oracle, replayed)
     _annotate(rows, runs, methods, cats, other_cores, costs, curves, len(timed_curves.timings), servers)
+    off = timed_curves.medians_off()
     for r in rows:
         r["stores_at_start"] = stores
+        if off and r["drafter"] == PLAIN and r["category"] == "all":
+            r["batch_costs_kernels_off_ms"] = [round(1000 * off[n], 3) for n in sorted(off)]
     return rows
 
 

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from edgespec.bench.common import Run, timed
 from edgespec.errors import EdgespecError
+from edgespec.runtimes.llamacpp import llama_cpp_kernels_only
 from edgespec.spec.verifier import SamplingParams
 
 
@@ -74,11 +76,13 @@ class EdgespecMethod:
                    list(zip(st.position_tried, st.position_accepted)), after[0] - before[0],
                    after[1] - before[1], {k: list(v) for k, v in st.by_key.items()})
 
-    def time_curve(self) -> dict[int, float]:
-        """Every batch size timed now, from an empty context (seconds by size). Only a plain
+    def time_curve(self, small_batch: bool = True) -> dict[int, float]:
+        """Every batch size timed now, from an empty context (seconds by size); with
+        `small_batch` False, on llama.cpp's own kernels for small batches. Only a plain
         engine's: a drafter's would lose the curve it learned."""
         self.llm.reset()
-        return self.llm.engine.calibrate(fresh=True, save=False)
+        with nullcontext() if small_batch else llama_cpp_kernels_only():
+            return self.llm.engine.calibrate(fresh=True, save=False)
 
 
 class LlamaCppPythonMethod:
@@ -119,7 +123,7 @@ class LlamaCppPythonMethod:
             if n >= max_tokens:
                 return
 
-    def time_curve(self) -> dict[int, float]:
+    def time_curve(self, small_batch: bool = True) -> dict[int, float]:
         raise EdgespecError("llama-cpp-python's rows have no batch-cost curve of edgespec's")
 
 
@@ -163,8 +167,8 @@ class Worker:
     def run(self, ids: list[int], max_tokens: int) -> Run:
         return self._call("run", list(ids), max_tokens)
 
-    def time_curve(self) -> dict[int, float]:
-        return self._call("time_curve")
+    def time_curve(self, small_batch: bool = True) -> dict[int, float]:
+        return self._call("time_curve", small_batch)
 
     def _call(self, op: str, *args: Any) -> Any:
         try:

@@ -42,6 +42,7 @@ def diagnose() -> dict:
             "gpu_offload": bool(ll.llama_supports_gpu_offload()),
             "system_info": ll.llama_print_system_info().decode(errors="replace").strip(" |"),
             "build_flags": stamp.read_text() if stamp.is_file() else None,
+            "patches": _patches(lib.parent),
             "devices": [{"name": d.name, "description": d.description, "kind": d.kind, "backend": d.backend,
                          "memory_free": d.free, "memory_total": d.total} for d in ggml],
         },
@@ -58,6 +59,15 @@ def diagnose() -> dict:
             "onnxruntime": [x if isinstance(x, str) else x[0] for x in o.providers], "onnxruntime_notice": o.notice,
         }
     return report
+
+
+def _patches(package: Path) -> list[str] | None:
+    """edgespec's llama.cpp patches install.sh applied (None: not built by install.sh)."""
+    try:
+        text = (package / ".edgespec-build-patches").read_text().split()
+    except OSError:
+        return None
+    return [p for p in text if p != "none"]
 
 
 def _cpu_name() -> str:
@@ -80,6 +90,9 @@ def print_report(r: dict, console: Console) -> None:
     console.print(f"  {lc['system_info']}", highlight=False, soft_wrap=True)
     if lc["build_flags"]:
         console.print(f"  built with CMAKE_ARGS={lc['build_flags']}", highlight=False, soft_wrap=True)
+    if lc["patches"] is not None:
+        console.print(f"  edgespec's patches: {', '.join(lc['patches']) or 'none (they did not apply to this version)'}",
+                      highlight=False, soft_wrap=True)
     t = Table("device", "description", "kind", "backend", "memory", title="llama.cpp devices")
     for d in lc["devices"]:
         t.add_row(d["name"], d["description"], d["kind"], d["backend"],

@@ -1,0 +1,109 @@
+"""A small batch multiplied at once agrees with its rows multiplied one at a time.
+
+llama.cpp as install.sh builds it carries edgespec's x86 kernels for batches of 2 to 32 rows
+(runtimes/patches): each weight block is unpacked once for every row of the batch, where
+llama.cpp's own kernels unpack it again per row. A one-row product still runs llama.cpp's own
+kernel, so comparing a batch with its rows one by one compares the two paths. They sum the same
+integer products in another order of float additions, so they agree to float rounding (the
+existing kernels' own batched paths differ from their one-row path by as much).
+
+The weights go through ggml as a model's do: quantized by ggml, placed in a plain CPU buffer
+(the file's layout) or in the CPU backend's repacking buffer (the layout llama.cpp gives
+Q4_K and Q4_0 at load on an AVX2 CPU).
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+from edgespec.runtimes.ggml_matmul import Ggml, MatMul
+from edgespec.runtimes.llamacpp import SMALL_BATCH_SWITCH, llama_cpp_kernels_only, small_batch_kernels
+
+TYPES = ["q4_K", "q5_K", "q6_K", "q8_0", "q4_0"]
+REPACKED_ON_AVX2 = ["q4_K", "q4_0"]  # repack.cpp's choice for x86 with AVX2
+ROUNDING = 1e-5  # relative to the largest output; the kernels measure about 1e-6
+K, N = 512, 64   # two super-blocks per row, 8 blocks of 8 repacked rows
+ROWS = [*range(1, 18), 32, 33]  # the engine's batches go to 17 (16 drafted tokens); past 32 llama.cpp's own path
+
+
+def avx2() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return " avx2 " in f.read()
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def ggml():
+    g = Ggml(threads=2)
+    yield g
+    g.close()
+
+
+def batch_and_rows(ggml, type_name: str, repacked: bool, rows: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    w = ggml.quantize(type_name, rng.standard_normal((N, K)))
+    x = rng.standard_normal((rows, K)).astype(np.float32)
+    batch, one = MatMul(ggml, type_name, w, N, K, rows, repacked), MatMul(ggml, type_name, w, N, K, 1, repacked)
+    try:
+        return batch(x), np.stack([one(x[i:i + 1])[0] for i in range(rows)])
+    finally:
+        batch.close()
+        one.close()
+
+
+ON_AVX2 = pytest.mark.skipif(not avx2(), reason="llama.cpp repacks these on x86 with AVX2")
+LAYOUTS = [*((t, False) for t in TYPES), *(pytest.param(t, True, marks=ON_AVX2) for t in REPACKED_ON_AVX2)]
+
+
+@pytest.mark.parametrize("type_name, repacked", LAYOUTS)
+def test_a_batch_of_up_to_33_rows_agrees_with_its_rows_one_by_one(ggml, type_name, repacked):
+    for rows in ROWS:
+        together, apart = batch_and_rows(ggml, type_name, repacked, rows)
+        assert np.abs(together - apart).max() <= ROUNDING * np.abs(apart).max(), f"{type_name}, {rows} rows"
+
+
+@pytest.mark.skipif(not avx2(), reason="the kernels are x86 AVX2 ones")
+def test_the_installed_llama_cpp_has_the_kernels_and_the_switch_turns_them_off(ggml):
+    """install.sh applied the patch, and the path is live: with the switch off a batch is
+    llama.cpp's own computation, whose float additions land differently in some output."""
+    assert small_batch_kernels(), "llama-cpp-python was built without runtimes/patches (see install.sh's output)"
+    assert SMALL_BATCH_SWITCH not in os.environ
+    for repacked in (False, True):
+        with_kernels, _ = batch_and_rows(ggml, "q4_K", repacked, 4, seed=1)
+        with llama_cpp_kernels_only():
+            without, _ = batch_and_rows(ggml, "q4_K", repacked, 4, seed=1)
+        assert SMALL_BATCH_SWITCH not in os.environ
+        assert not np.array_equal(with_kernels, without), f"repacked={repacked}: the switch changed nothing"
+        assert np.abs(with_kernels - without).max() <= ROUNDING * np.abs(without).max()
+
+
+@pytest.mark.real_model
+@pytest.mark.skipif(not avx2(), reason="the kernels are x86 AVX2 ones")
+def test_a_real_models_batch_picks_the_same_tokens_with_the_kernels_on_and_off():
+    """Gemma-3-270M (Q4_K and Q6_K weights, Q4_K repacked at load) verifying batches of 2-17
+    tokens of a real text: the logits with edgespec's kernels and with llama.cpp's own agree to
+    the rounding batched kernels already differ by; a top token may differ only at a near-tie
+    (tests/test_real_lossless.py's 0.3)."""
+    from edgespec.models.store import resolve
+    from edgespec.runtimes.llamacpp import LlamaCppBackend
+
+    b = LlamaCppBackend(resolve("gemma3-270m", quiet=True), n_ctx=1024, n_threads=2)
+    try:
+        ids = b.tokenizer.encode(open(__file__).read()[:4000])
+        b.eval(ids[:200], n_logits=1)
+        for k in range(2, 18):
+            start = b.n_past
+            with_kernels = b.eval(ids[200:200 + k]).copy()
+            b.rollback(start)
+            with llama_cpp_kernels_only():
+                own = b.eval(ids[200:200 + k]).copy()
+            b.rollback(start)
+            assert np.abs(with_kernels - own).max() <= 0.05 * np.abs(own).max(), f"{k} tokens"
+            for a, o in zip(with_kernels, own):
+                top, their_top = int(a.argmax()), int(o.argmax())
+                assert top == their_top or abs(o[top] - o[their_top]) < 0.3, f"{k} tokens: not a near-tie"
+    finally:
+        b.close()
