@@ -71,17 +71,22 @@ def small_batch_kernels() -> bool:
 
 
 @contextmanager
-def llama_cpp_kernels_only() -> Iterator[None]:
-    """llama.cpp's own kernels for small batches meanwhile (the bench's and the tests' comparison)."""
-    before = os.environ.get(SMALL_BATCH_SWITCH)
-    os.environ[SMALL_BATCH_SWITCH] = "0"
+def environ(name: str, value: str) -> Iterator[None]:
+    """The environment variable `name` set to `value` meanwhile, then as it was."""
+    before = os.environ.get(name)
+    os.environ[name] = value
     try:
         yield
     finally:
         if before is None:
-            del os.environ[SMALL_BATCH_SWITCH]
+            del os.environ[name]
         else:
-            os.environ[SMALL_BATCH_SWITCH] = before
+            os.environ[name] = before
+
+
+def llama_cpp_kernels_only():
+    """llama.cpp's own kernels for small batches meanwhile (the bench's and the tests' comparison)."""
+    return environ(SMALL_BATCH_SWITCH, "0")
 
 
 def _build() -> str:

@@ -18,7 +18,6 @@ times, each after plain decoding of a shipped prompt, as a bench times it.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Protocol
@@ -128,17 +127,10 @@ def _other_build(lib_dir: Path, model: Path, threads: int | None):
     """A process of its own on the llama.cpp libraries in `lib_dir` (llama-cpp-python loads
     LLAMA_CPP_LIB_PATH's), to time that build's curve beside this one's."""
     from edgespec.bench.worker import MethodSpec, Worker
-    from edgespec.runtimes.llamacpp import default_threads
+    from edgespec.runtimes.llamacpp import default_threads, environ
 
-    before = os.environ.get("LLAMA_CPP_LIB_PATH")
-    os.environ["LLAMA_CPP_LIB_PATH"] = str(lib_dir)
-    try:
+    with environ("LLAMA_CPP_LIB_PATH", str(lib_dir)):
         return Worker(f"llama.cpp in {lib_dir}", MethodSpec(str(model), ctx=2048, threads=threads or default_threads()))
-    finally:
-        if before is None:
-            del os.environ["LLAMA_CPP_LIB_PATH"]
-        else:
-            os.environ["LLAMA_CPP_LIB_PATH"] = before
 
 
 def main(argv: list[str] | None = None) -> int:
