@@ -5,10 +5,10 @@ from importlib.metadata import PackageNotFoundError, version
 from edgespec.api import Completion, EdgeSpec, Stream
 from edgespec.drafters import Draft, Drafter, make_drafter
 from edgespec.errors import ContextOverflowError, DrafterError, EdgespecError, ModelError
-from edgespec.spec.backend import Backend, Tokenizer
-from edgespec.spec.engine import Engine
-from edgespec.spec.stats import GenerationStats
-from edgespec.spec.verifier import SamplingParams
+from edgespec.speculative.backend import Backend, Tokenizer
+from edgespec.speculative.engine import Engine
+from edgespec.speculative.stats import GenerationStats
+from edgespec.speculative.verifier import SamplingParams
 
 try:
     __version__ = version("edgespec")

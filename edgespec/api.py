@@ -24,12 +24,13 @@ from edgespec.memory.footprint import peak_rss, process_rss
 from edgespec.memory.planner import Plan, make_plan, named_drafters
 from edgespec.models.store import resolve
 from edgespec.runtimes import open_backend
-from edgespec.spec.backend import Backend
-from edgespec.spec.controller import DraftController
-from edgespec.spec.drafter import drafter_backends
-from edgespec.spec.engine import Engine
-from edgespec.spec.stats import GenerationStats
-from edgespec.spec.verifier import SamplingParams
+from edgespec.speculative.backend import Backend
+from edgespec.speculative.clock import Clock
+from edgespec.speculative.controller import DraftController
+from edgespec.speculative.drafter import drafter_backends
+from edgespec.speculative.engine import Engine
+from edgespec.speculative.stats import GenerationStats
+from edgespec.speculative.verifier import SamplingParams
 
 TEMPLATE_BUDGET_S = 1.0  # a chat template renders in milliseconds; past this it is a loop bomb
 
@@ -102,6 +103,9 @@ class EdgeSpec:
     `idle_timing`: between answers, once the model has sat idle a second, time the batch
     sizes this machine's cost curve lacks, one batch at a time (an answer that arrives waits
     for one batch at most); the drafter then prices long drafts by what they cost here.
+
+    `clock`: the backend simulates other hardware, whose time draft lengths are planned by
+    (a backend that is a Clock, as the fpga-sim one, is its own).
     """
 
     def __init__(
@@ -117,6 +121,7 @@ class EdgeSpec:
         device: str = "cpu",
         ep_options: dict[str, str] | None = None,
         idle_timing: bool = True,
+        clock: Clock | None = None,
     ) -> None:
         self.plan: Plan | None = None
         opts: dict = {}  # a budget's choices for llama.cpp, target and drafter model alike
@@ -156,8 +161,10 @@ class EdgeSpec:
             self.backend.close()
             raise
         # threads left to us (None): fewer while other programs hold cores, as a chat beside a build wants
+        if clock is None and isinstance(self.backend, Clock):
+            clock = self.backend
         self.engine = Engine(self.backend, self.drafter, controller=controller, adapt_threads=threads is None,
-                             idle_timing=idle_timing)
+                             idle_timing=idle_timing, clock=clock)
         self._active: threading.Event | None = None
         self._template = None  # the compiled chat template, on first use
 

@@ -6,7 +6,7 @@ import os
 
 from edgespec.errors import ModelError
 from edgespec.models.store import model_file
-from edgespec.spec.backend import Backend
+from edgespec.speculative.backend import Backend
 
 
 def open_backend(path: str | os.PathLike, n_ctx: int = 4096, threads: int | None = None, device: str = "cpu",

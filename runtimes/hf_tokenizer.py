@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from edgespec.errors import ModelError
-from edgespec.spec.backend import Tokenizer
+from edgespec.speculative.backend import Tokenizer
 
 
 @lru_cache(maxsize=1)

@@ -25,7 +25,7 @@ from edgespec.models.facts import ModelFacts
 from edgespec.runtimes.gpu.devices import gpu_layers, place, prepare
 from edgespec.runtimes.kv_cache import KV_TYPES
 from edgespec.runtimes.vocab_map import InputEmbedding, read_vocab_map
-from edgespec.spec.backend import Backend, Tokenizer
+from edgespec.speculative.backend import Backend, Tokenizer
 
 _GGML_LOG_ERROR = 4  # ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5
 _last_level = 0
@@ -208,6 +208,25 @@ class LlamaCppBackend(Backend):
         self._model = None
         self._ctx = None
         self._batch = self._batch_embd = None
+        self.kv_type, self.load = kv_type, load
+        self._load_model(n_ctx, n_gpu_layers, kv_type, load)
+        self.tokenizer = LlamaTokenizer(self._model, owner=self)
+        n_ctx_train = ll.llama_model_n_ctx_train(self._model)
+        self.n_ctx = min(n_ctx, n_ctx_train) if n_ctx_train > 0 else n_ctx
+        self.n_batch = n_batch
+        self.n_threads = n_threads or default_threads()
+        self.flash_attn = flash_attn
+        self._new_context(n_batch, n_outputs_max, kv_type, flash_attn)
+        self._n_past = 0
+        self._max_outputs = 1
+        self._read_shape()
+        self.device = self.placement.label
+        self.vocab_map, self.inputs_trimmed = read_vocab_map(self.path)  # a VocabTrim'd drafter
+        self._input_embd = None
+        if self.vocab_map is not None:
+            self._attach_input_embedding(n_batch)
+
+    def _load_model(self, n_ctx: int, n_gpu_layers: int | None, kv_type: str, load: str) -> None:
         mp = ll.llama_model_default_params()
         # a NULL-terminated list of the GPUs to use; empty keeps every layer and every
         # operation on the CPU (without it llama.cpp may still send large batches to a GPU)
@@ -216,18 +235,24 @@ class LlamaCppBackend(Backend):
         mp.devices = ctypes.cast(self._devices, dict(ll.llama_model_params._fields_)["devices"])
         if gpus and n_gpu_layers is None:  # as many layers as the GPU's free memory holds
             n_gpu_layers = gpu_layers(ModelFacts.from_gguf(self.path), self.placement.gpus[0].free, n_ctx, kv_type)
-        mp.n_gpu_layers = n_gpu_layers if gpus else 0
+        mp.n_gpu_layers = self._gpu_layers = n_gpu_layers if gpus else 0
         mp.load_mode = ll.LLAMA_LOAD_MODE_MMAP if load == "mmap" else ll.LLAMA_LOAD_MODE_NONE
-        self.kv_type, self.load = kv_type, load
         self._model = ll.llama_model_load_from_file(str(self.path).encode(), mp)
         if not self._model:
             raise ModelError(f"llama.cpp could not load {self.path} (corrupt, truncated or unsupported model)")
-        self.tokenizer = LlamaTokenizer(self._model, owner=self)
-        n_ctx_train = ll.llama_model_n_ctx_train(self._model)
-        self.n_ctx = min(n_ctx, n_ctx_train) if n_ctx_train > 0 else n_ctx
-        self.n_batch = n_batch
-        self.n_threads = n_threads or default_threads()
-        self.flash_attn = flash_attn
+
+    def _read_shape(self) -> None:
+        self.n_layer = ll.llama_model_n_layer(self._model)
+        self.n_head = ll.llama_model_n_head(self._model)
+        self.n_head_kv = ll.llama_model_n_head_kv(self._model)
+        self.n_embd = ll.llama_model_n_embd(self._model)
+        # llama.cpp offloads the output layer as one more "layer": n_layer + 1 is everything
+        self.n_gpu_layers = min(self.n_layer + 1, self.n_layer + 1 if self._gpu_layers < 0 else self._gpu_layers)
+        if self.placement.gpus and self.n_gpu_layers < self.n_layer + 1:
+            more = f"{self.n_gpu_layers} of {self.n_layer + 1} layers fit in the GPU's free memory; the rest run on the CPU"
+            self.notice = f"{self.notice}; {more}" if self.notice else more
+
+    def _new_context(self, n_batch: int, n_outputs_max: int, kv_type: str, flash_attn: bool) -> None:
         cp = ll.llama_context_default_params()
         cp.n_ctx = self.n_ctx
         cp.n_batch = n_batch
@@ -247,30 +272,20 @@ class LlamaCppBackend(Backend):
         self.n_ctx = ll.llama_n_ctx(self._ctx)
         self._mem = ll.llama_get_memory(self._ctx)
         self._batch = ll.llama_batch_init(n_batch, 0, 1)
-        self._n_past = 0
-        self._max_outputs = 1
-        self.n_layer = ll.llama_model_n_layer(self._model)
-        self.n_head = ll.llama_model_n_head(self._model)
-        self.n_head_kv = ll.llama_model_n_head_kv(self._model)
-        self.n_embd = ll.llama_model_n_embd(self._model)
-        # llama.cpp offloads the output layer as one more "layer": n_layer + 1 is everything
-        self.n_gpu_layers = min(self.n_layer + 1, self.n_layer + 1 if mp.n_gpu_layers < 0 else mp.n_gpu_layers)
-        if gpus and self.n_gpu_layers < self.n_layer + 1:
-            more = f"{self.n_gpu_layers} of {self.n_layer + 1} layers fit in the GPU's free memory; the rest run on the CPU"
-            self.notice = f"{self.notice}; {more}" if self.notice else more
-        self.device = self.placement.label
-        self.vocab_map, self.inputs_trimmed = read_vocab_map(self.path)  # a VocabTrim'd drafter
-        # a VocabTrim'd GGUF with its full input embedding beside it takes full-vocabulary
-        # ids, fed to llama.cpp as embedding rows (its own vocabulary holds only the kept ids)
-        self._input_embd = InputEmbedding.beside(self.path) if self.vocab_map is not None else None
-        if self._input_embd is not None:
-            if self._input_embd.n_embd != self.n_embd:
-                self.close()
-                raise ModelError(f"{self.path.parent}: input_embd.gguf has rows of {self._input_embd.n_embd}, "
-                                 f"the model {self.n_embd}")
-            self.inputs_trimmed = False
-            self._batch_embd = ll.llama_batch_init(n_batch, self.n_embd, 1)
-            self._embd_rows = np.ctypeslib.as_array(self._batch_embd.embd, shape=(n_batch * self.n_embd,))
+
+    def _attach_input_embedding(self, n_batch: int) -> None:
+        """A VocabTrim'd GGUF with its full input embedding beside it takes full-vocabulary
+        ids, fed to llama.cpp as embedding rows (its own vocabulary holds only the kept ids)."""
+        self._input_embd = InputEmbedding.beside(self.path)
+        if self._input_embd is None:
+            return
+        if self._input_embd.n_embd != self.n_embd:
+            self.close()
+            raise ModelError(f"{self.path.parent}: input_embd.gguf has rows of {self._input_embd.n_embd}, "
+                             f"the model {self.n_embd}")
+        self.inputs_trimmed = False
+        self._batch_embd = ll.llama_batch_init(n_batch, self.n_embd, 1)
+        self._embd_rows = np.ctypeslib.as_array(self._batch_embd.embd, shape=(n_batch * self.n_embd,))
 
     # -- Backend --------------------------------------------------------------
 

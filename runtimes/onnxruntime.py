@@ -31,7 +31,7 @@ import numpy as np
 from edgespec.errors import ContextOverflowError, ModelError
 from edgespec.runtimes.hf_tokenizer import HFTokenizer
 from edgespec.runtimes.vocab_map import read_vocab_map
-from edgespec.spec.backend import Backend
+from edgespec.speculative.backend import Backend
 
 _NP_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
              "tensor(int32)": np.int32}

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from edgespec.errors import ContextOverflowError
-from edgespec.spec.backend import Backend, Tokenizer
+from edgespec.speculative.backend import Backend, Tokenizer
 
 
 class ByteTokenizer(Tokenizer):

@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny synthetic backends, and the smallest real model."""
+"""Shared fixtures (a reference backend, the smallest real model), a store of measurements
+of its own for the test run, and the test tiers."""
 
 from __future__ import annotations
 
@@ -6,63 +7,11 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Sequence
 
-import numpy as np
 import pytest
 
-from edgespec.runtimes.reference import ByteTokenizer, ReferenceBackend, ReferenceModel
-from edgespec.spec import calibration
-from edgespec.spec.backend import Backend
-from edgespec.spec.controller import DraftController
-
-
-class ScriptedBackend(Backend):
-    """A 'model' that greedily emits a fixed byte string, then EOS: for testing
-    streaming, stopping and cancellation without a real model."""
-
-    name = "scripted"
-
-    def __init__(self, text: str, n_ctx: int = 4096) -> None:
-        self.tokenizer = ByteTokenizer()
-        self.script = list(text.encode("utf-8")) + [ByteTokenizer.EOS]
-        self.n_ctx = n_ctx
-        self._n_past = 0
-        self._prompt_len: int | None = None
-
-    @property
-    def n_past(self) -> int:
-        return self._n_past
-
-    def eval(self, ids: Sequence[int], n_logits: int | None = None) -> np.ndarray:
-        if self._prompt_len is None or self._n_past < self._prompt_len:
-            self._prompt_len = self._n_past + len(ids)
-        rows = []
-        for _ in ids:
-            self._n_past += 1
-            i = self._n_past - self._prompt_len  # tokens generated after this position
-            row = np.zeros(self.tokenizer.n_vocab, dtype=np.float32)
-            row[self.script[min(max(i, 0), len(self.script) - 1)]] = 10.0
-            rows.append(row)
-        n_logits = len(ids) if n_logits is None else n_logits
-        return np.array(rows[len(rows) - n_logits :])
-
-    def rollback(self, n_past: int) -> None:
-        self._n_past = n_past
-        if self._prompt_len is not None and n_past < self._prompt_len:
-            self._prompt_len = None
-
-    def memory(self) -> dict[str, int]:
-        return {}
-
-
-def always_draft(max_k: int = 8) -> DraftController:
-    """A controller that believes verification is free, so every proposal is
-    verified in full: the strictest exercise of the verifier and rollback."""
-    c = DraftController(max_k=max_k)
-    c.cost.set_timed({n: 1.0 for n in range(1, max_k + 2)})
-    c.cost.alpha = 0.0  # the engine's real timings must not change that belief
-    return c
+from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
+from edgespec.speculative import calibration
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import numpy as np
 
 from edgespec.errors import ContextOverflowError
 from edgespec.runtimes.reference import ByteTokenizer, ReferenceBackend, ReferenceModel
-from edgespec.spec.backend import Backend, Tokenizer
+from edgespec.speculative.backend import Backend, Tokenizer
 
 MERGES = [b"th", b"he", b"the", b" t", b" the", b"in", b"er", b"an", b"e ", b"s ", b", ", b". ", b"on", b"re",
           b"  ", b"    ", b"\n\n", b"de", b"f ", b"()", b"ing", b"ion", b" a", b"at", b"en", b"es", b"or",

@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from conftest import ScriptedBackend
+from helpers import ScriptedBackend
 from edgespec import ContextOverflowError, EdgeSpec
 from edgespec.runtimes.reference import ReferenceBackend
 

@@ -12,7 +12,7 @@ from rich.console import Console
 from edgespec.bench.common import Run
 from edgespec.bench.curves import BatchCurves
 from edgespec.bench.run import _interleave, balanced_orders
-from edgespec.spec.verifier import SamplingParams
+from edgespec.speculative.verifier import SamplingParams
 
 
 class Timings:

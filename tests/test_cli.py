@@ -114,7 +114,7 @@ def test_shell_completion_comes_from_typer():
 def test_bench_samples_every_row_at_a_temperature(smollm2_path, tmp_path):
     out = tmp_path / "rows.json"
     r = edgespec("bench", "-m", str(smollm2_path), "--drafters", "lookup", "--temperature", "0.8", "--seed", "3",
-                 "--no-peer", "-n", "16", "--limit", "1", "--json", str(out))
+                 "--peers", "none", "-n", "16", "--limit", "1", "--json", str(out))
     assert r.returncode == 0, r.stderr
     rows = [row for row in json.loads(out.read_text())["rows"] if row["category"] == "all"]
     assert {row["drafter"] for row in rows} >= {"plain", "lookup"}
@@ -128,7 +128,7 @@ def test_bench_replays_text_only_drafters_on_plains_own_output(smollm2_path, tmp
     """Beside the measured rows, `replay:<drafter>` runs the same engine on plain's text
     at the measured batch costs: the drafter's gain without the texts parting at near-ties."""
     out = tmp_path / "rows.json"
-    r = edgespec("bench", "-m", str(smollm2_path), "--drafters", "lookup,auto", "--no-peer", "-n", "32",
+    r = edgespec("bench", "-m", str(smollm2_path), "--drafters", "lookup,auto", "--peers", "none", "-n", "32",
                  "--limit", "1", "--json", str(out))
     assert r.returncode == 0, r.stderr
     rows = {(row["drafter"], row["category"]): row for row in json.loads(out.read_text())["rows"]}
@@ -172,7 +172,7 @@ def test_bench_runs_every_method_in_a_process_of_its_own_and_peers_against_their
         return w
 
     monkeypatch.setattr(run, "Worker", recording_worker)
-    rows = run.run_bench(str(smollm2_path), load_prompts("shipped", 1), ["lookup", "auto"], 16, 2048, 2, 8, True,
+    rows = run.run_bench(str(smollm2_path), load_prompts("shipped", 1), ["lookup", "auto"], 16, 2048, 2, 8,
                          Console(stderr=True))
     assert sorted(w.label for w in started) == ["auto", "llama-cpp-python", "llama-cpp-python-lookup", "lookup", "plain"]
     assert len({w.pid for w in started}) == 5
@@ -189,7 +189,7 @@ def test_bench_runs_every_method_in_a_process_of_its_own_and_peers_against_their
 
 
 def test_bench_refuses_a_temperature_where_it_cannot_measure_one():
-    assert_one_line_error(edgespec("bench", "-m", "smollm2-135m", "--temperature", "0.7", "--uag"),
+    assert_one_line_error(edgespec("bench", "-m", "smollm2-135m", "--temperature", "0.7", "--backend", "fpga-sim"),
                           "--temperature is measured on the CPU rows only")
 
 
@@ -209,7 +209,7 @@ def test_bench_sets_edgespec_against_llama_servers_own_speculation(smollm2_path,
         pytest.skip(why)
     out, scratch = tmp_path / "rows.json", tmp_path / "tmp"
     scratch.mkdir()
-    r = edgespec("bench", "-m", str(smollm2_path), "--drafters", "lookup", "--no-peer", "--peers", "llama-server",
+    r = edgespec("bench", "-m", str(smollm2_path), "--drafters", "lookup", "--peers", "llama-server",
                  "-n", "32", "--limit", "1", "--json", str(out), env={**os.environ, "TMPDIR": str(scratch)})
     assert r.returncode == 0, r.stderr
     rows = {(row["drafter"], row["category"]): row for row in json.loads(out.read_text())["rows"]}

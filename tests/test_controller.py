@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from edgespec.spec.controller import LEARN_AFTER, OPTIMISTIC_ROW, AcceptanceModel, CostModel, DraftController, prior_units
+from edgespec.speculative.controller import LEARN_AFTER, OPTIMISTIC_ROW, AcceptanceModel, CostModel, DraftController, prior_units
+from edgespec.speculative.drafter import Kind
 
 
 def controller_with_costs(costs):
@@ -15,15 +16,15 @@ def controller_with_costs(costs):
 def test_drafts_long_when_verification_is_cheap_and_drafts_are_accepted():
     c = controller_with_costs({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.3, 9: 1.35})
     for _ in range(50):
-        c.record("lookup/n8+", 8, 8, 9, 1.35)
-    assert c.choose("lookup/n8+", 8) == 8
+        c.record(Kind.parse("lookup/n8+"), 8, 8, 9, 1.35)
+    assert c.choose(Kind.parse("lookup/n8+"), 8) == 8
 
 
 def test_drafts_nothing_when_batches_cost_as_much_as_separate_tokens():
     c = controller_with_costs({1: 1.0, 2: 2.0, 4: 4.0, 9: 9.0})
     for _ in range(50):
-        c.record("recycle", 2, 0, 3, 3.0)
-    choices = [c.choose("recycle", 4) for _ in range(64)]
+        c.record(Kind.parse("recycle"), 2, 0, 3, 3.0)
+    choices = [c.choose(Kind.parse("recycle"), 4) for _ in range(64)]
     # mostly 0, with a rare one-token probe so a changed situation is noticed
     assert choices.count(0) == 62 and choices.count(1) == 2
 
@@ -35,52 +36,47 @@ def test_a_draft_predicted_to_only_break_even_is_declined():
     for rate, k in ((0.53, 0), (0.70, 1)):
         c = controller_with_costs({1: 1.0, 2: 1.5})
         c.acceptance.seed({"lookup/n2": [[rate * 1000], [1000]]})
-        assert c.choose("lookup/n2", 1, explore=False) == k
+        assert c.choose(Kind.parse("lookup/n2"), 1, explore=False) == k
 
 
 def test_a_draft_minimum_verifies_drafts_that_do_not_pay():
     c = controller_with_costs({1: 1.0, 2: 2.0, 4: 4.0, 9: 9.0})
     for _ in range(50):
-        c.record("model", 2, 0, 3, 3.0)
-    assert c.choose("model", 8) == 0  # nothing pays
+        c.record(Kind.parse("model"), 2, 0, 3, 3.0)
+    assert c.choose(Kind.parse("model"), 8) == 0  # nothing pays
     c.min_k = 3  # the bench's --draft-min: measure acceptance anyway
-    assert [c.choose("model", 8) for _ in range(64)] == [3] * 64
-    assert c.choose("model", 2) == 2  # never more than the drafter offers
+    assert [c.choose(Kind.parse("model"), 8) for _ in range(64)] == [3] * 64
+    assert c.choose(Kind.parse("model"), 2) == 2  # never more than the drafter offers
 
 
 def test_acceptance_is_learned_per_kind_of_draft():
     c = controller_with_costs({1: 1.0, 2: 1.3, 3: 1.6, 5: 2.2})
     for _ in range(40):
-        c.record("good", 4, 4, 5, 2.2)
-        c.record("bad", 4, 0, 5, 2.2)
-    assert c.choose("good", 4) == 4
-    assert c.choose("bad", 4) == 0
+        c.record(Kind.parse("good"), 4, 4, 5, 2.2)
+        c.record(Kind.parse("bad"), 4, 0, 5, 2.2)
+    assert c.choose(Kind.parse("good"), 4) == 4
+    assert c.choose(Kind.parse("bad"), 4) == 0
 
 
 def test_the_engine_asks_a_model_drafter_only_when_drafting_pays():
     """A model drafter pays for each token it drafts: the engine plans before asking."""
-    from conftest import ScriptedBackend
-    from edgespec.spec.drafter import Draft, Drafter
-    from edgespec.spec.engine import Engine
+    from helpers import ScriptedBackend
+    from edgespec.speculative.drafter import Draft, Drafter, ModelCost
+    from edgespec.speculative.engine import Engine
 
     class SlowModel(Drafter):
-        model_key = "slow"
-
-        def __init__(self, cost):
-            self.cost, self.asked = cost, 0
-
-        @property
-        def cost_per_token(self):
-            return self.cost
+        def __init__(self, seconds_per_token):
+            self.cost, self.asked = ModelCost(Kind("slow"), backend), 0
+            self.cost.steps, self.cost.step_s = 1, seconds_per_token
 
         def propose(self, history, k):
             self.asked += 1
-            return Draft([ord("x")] * k, "slow")  # always wrong
+            return Draft([ord("x")] * k, self.cost.kind)  # always wrong
 
     backend = ScriptedBackend("a" * 300)
     c = controller_with_costs({1: 1.0, 2: 1.1, 9: 1.8})
     c.cost.alpha = 0.0  # keep these costs whatever the real timings are
-    drafter = SlowModel(cost=2.0)  # two target steps per drafted token: never worth it
+    drafter = SlowModel(seconds_per_token=2.0)  # two target steps per drafted token: never worth it
     out = list(Engine(backend, drafter, controller=c, calibrate=False).generate(list(b"go"), 200))
     assert out == [ord("a")] * 200
     assert drafter.asked <= 200 // c.explore_every + 1  # only the rare probes
@@ -89,14 +85,14 @@ def test_the_engine_asks_a_model_drafter_only_when_drafting_pays():
 def test_a_draft_that_runs_past_the_end_of_the_answer_is_verified_only_up_to_that_end():
     """A copy of a chat question runs into its end-of-turn token and on into the template:
     the rows after an end-of-generation token would be verified for nothing."""
-    from conftest import ScriptedBackend, always_draft
+    from helpers import ScriptedBackend, always_draft
     from edgespec.runtimes.reference import ByteTokenizer
-    from edgespec.spec.drafter import Draft, Drafter
-    from edgespec.spec.engine import Engine
+    from edgespec.speculative.drafter import Draft, Drafter
+    from edgespec.speculative.engine import Engine
 
     class CopiesPastTheEnd(Drafter):
         def propose(self, history, k):
-            return Draft([*b"k!", ByteTokenizer.EOS, *b"<im_start>"][:k], "copy")
+            return Draft([*b"k!", ByteTokenizer.EOS, *b"<im_start>"][:k], Kind("copy"))
 
     backend = ScriptedBackend("ok!")
     batches = []
@@ -113,13 +109,13 @@ def test_failed_probes_get_rarer_and_a_success_restores_them():
     c = controller_with_costs({1: 1.0, 2: 2.0, 9: 9.0})
     probes = []
     for step in range(32 + 64 + 128):
-        if c.choose("model", 4) == 1:
+        if c.choose(Kind.parse("model"), 4) == 1:
             probes.append(step)
-            c.record_nothing("model")  # asked, and it had nothing worth drafting
+            c.record_nothing(Kind.parse("model"))  # asked, and it had nothing worth drafting
     assert probes == [31, 31 + 64, 31 + 64 + 128]
-    c._probing.add("model")
-    c.record("model", 1, 1, 2, 2.0)  # a probe that was accepted
-    assert c._interval["model"] == c.explore_every
+    c._probing.add(Kind.parse("model"))
+    c.record(Kind.parse("model"), 1, 1, 2, 2.0)  # a probe that was accepted
+    assert c._interval[Kind.parse("model")] == c.explore_every
 
 
 def test_a_dear_probe_comes_no_more_often_than_its_share_of_decoding_allows():
@@ -129,9 +125,9 @@ def test_a_dear_probe_comes_no_more_often_than_its_share_of_decoding_allows():
     assert c.probe_share == 0.02
     probes = []
     for step in range(100 + 100 + 128):
-        if c.choose("model", 4, probe_seconds=2.0) == 1:
+        if c.choose(Kind.parse("model"), 4, probe_seconds=2.0) == 1:
             probes.append(step)
-            c.record_nothing("model")
+            c.record_nothing(Kind.parse("model"))
     assert probes == [99, 99 + 100, 99 + 100 + 128]  # the doubling takes over once it is the rarer
 
 
@@ -163,17 +159,17 @@ def test_a_size_never_measured_is_priced_pessimistically_between_the_measured_on
 def test_nothing_is_drafted_before_one_tokens_cost_is_known():
     c = DraftController(max_k=4)
     for _ in range(30):
-        c.acceptance.record("lookup/n4", 4, 4)
-    assert c.choose("lookup/n4", 4) == 0
+        c.acceptance.record(Kind.parse("lookup/n4"), 4, 4)
+    assert c.choose(Kind.parse("lookup/n4"), 4) == 0
     for _ in range(LEARN_AFTER):
         c.cost.observe(1, 0.010)
-    assert c.choose("lookup/n4", 4) == 4  # nearly always accepted: pays even at the prior's prices
+    assert c.choose(Kind.parse("lookup/n4"), 4) == 4  # nearly always accepted: pays even at the prior's prices
 
 
 EPYC_UNITS = [0, 1.0, 1.55, 2.14, 2.82, 3.8, 4.3, 4.5, 6.6, 7.4, 7.4]  # a 2-core EPYC's batch costs
 
 
-def _decode(c: DraftController, key: str, accept: float, steps: int, seed: int = 0) -> tuple[list[int], float]:
+def _decode(c: DraftController, key: Kind, accept: float, steps: int, seed: int = 0) -> tuple[list[int], float]:
     """Draft lengths the controller chose over `steps` steps of a kind accepted with
     probability `accept` per token, and the speed against plain decoding, on a machine
     whose batch of n costs EPYC_UNITS[n] tokens."""
@@ -198,7 +194,7 @@ def test_sizes_never_drafted_are_tried_where_they_might_pay_so_long_drafts_stay_
     be drafted, so never measured. Where a kind verifies nearly everything, the next
     size is tried until it joins the curve, then drafted as far as its real cost pays."""
     c = _measured_up_to_two()
-    chosen, speed = _decode(c, "lookup/n8+/c", 0.97, 200)
+    chosen, speed = _decode(c, Kind.parse("lookup/n8+/c"), 0.97, 200)
     assert c.cost.knows(3) and max(chosen[-100:]) >= 2
     assert speed > 1.97 / EPYC_UNITS[2]  # more than one-token drafts could give
 
@@ -216,15 +212,15 @@ def test_a_measured_kernel_step_does_not_keep_longer_drafts_out_of_reach():
     assert optimistic[8] == pytest.approx(0.080 * 6.5)  # a measured size is what it measured
     rng = np.random.default_rng(0)
     for _ in range(300):
-        k = c.choose("lookup/n8+/c", 16)
+        k = c.choose(Kind.parse("lookup/n8+/c"), 16)
         n = next((i for i in range(k) if rng.random() > 0.98), k)
-        c.record("lookup/n8+/c", k, n, k + 1, 0.080 * (units.get(k + 1) or 6.5 + 0.1 * (k - 7)))
+        c.record(Kind.parse("lookup/n8+/c"), k, n, k + 1, 0.080 * (units.get(k + 1) or 6.5 + 0.1 * (k - 7)))
     assert any(c.cost.knows(n) for n in range(9, 18))
 
 
 def test_trying_unmeasured_sizes_costs_novel_text_nothing():
     c = _measured_up_to_two()
-    chosen, speed = _decode(c, "lookup/n1", 0.4, 500)
+    chosen, speed = _decode(c, Kind.parse("lookup/n1"), 0.4, 500)
     assert speed >= 0.99 and chosen.count(2) <= 3
 
 
@@ -251,8 +247,8 @@ def test_a_generation_times_nothing_before_its_first_token_and_keeps_what_it_lea
 
     from edgespec.drafters import make_drafter
     from edgespec.runtimes.llamacpp import LlamaCppBackend
-    from edgespec.spec import calibration
-    from edgespec.spec.engine import Engine
+    from edgespec.speculative import calibration
+    from edgespec.speculative.engine import Engine
 
     monkeypatch.setattr(calibration, "_dir", lambda: tmp_path / "calibration")
     monkeypatch.setattr(Engine, "calibrate", lambda *a, **k: pytest.fail("a generation timed the curve"))
@@ -273,8 +269,8 @@ def test_a_stale_curve_on_disk_is_relearned_from_decoding_not_timed(tmp_path, mo
 
     from edgespec.drafters import make_drafter
     from edgespec.runtimes.llamacpp import LlamaCppBackend
-    from edgespec.spec import calibration
-    from edgespec.spec.engine import Engine
+    from edgespec.speculative import calibration
+    from edgespec.speculative.engine import Engine
 
     monkeypatch.setattr(calibration, "_dir", lambda: tmp_path / "calibration")
     monkeypatch.setattr(Engine, "calibrate", lambda *a, **k: pytest.fail("a generation timed the curve"))
@@ -309,10 +305,10 @@ def test_one_stalled_step_does_not_stop_speculation():
     c = controller_with_costs({1: 1.0, 2: 1.2, 3: 1.4, 9: 2.6})
     c.cost.mark_timed()
     for _ in range(30):
-        c.record("lookup/n8+", 1, 1, 2, 1.2)
-    assert c.choose("lookup/n8+", 1) == 1
-    c.record("lookup/n8+", 1, 1, 2, 12.0)  # ten times what it costs
-    assert c.choose("lookup/n8+", 1) == 1
+        c.record(Kind.parse("lookup/n8+"), 1, 1, 2, 1.2)
+    assert c.choose(Kind.parse("lookup/n8+"), 1) == 1
+    c.record(Kind.parse("lookup/n8+"), 1, 1, 2, 12.0)  # ten times what it costs
+    assert c.choose(Kind.parse("lookup/n8+"), 1) == 1
     costs = c.cost.costs()
     assert costs[2] / costs[1] < 1.3
 
@@ -336,7 +332,7 @@ def test_a_curve_cached_in_the_old_format_is_not_loaded(tmp_path, monkeypatch):
     moments: they are not loaded, so the next generation learns every size again."""
     import json
 
-    from edgespec.spec import calibration
+    from edgespec.speculative import calibration
 
     monkeypatch.setattr(calibration, "_dir", lambda: tmp_path)
     calibration.save("model|2|cpu", controller_with_costs({1: 0.03, 2: 0.05}).cost)
@@ -354,7 +350,7 @@ def test_a_curve_with_a_batch_cheaper_than_half_a_token_is_neither_kept_nor_load
     re-timing under a concurrent test run), and drafting by it would be wrong."""
     import json
 
-    from edgespec.spec import calibration
+    from edgespec.speculative import calibration
 
     monkeypatch.setattr(calibration, "_dir", lambda: tmp_path)
     calibration.save("model|2|cpu", controller_with_costs({1: 0.07, 2: 0.10, 4: 0.11}).cost)
@@ -373,14 +369,14 @@ def test_a_kind_that_paid_in_earlier_runs_drafts_from_the_first_step():
     costs = {1: 1.0, 2: 1.8, 3: 2.2, 9: 4.0}
     earlier = controller_with_costs(costs)
     for _ in range(30):
-        earlier.record("lookup/n4", 2, 2, 3, 2.2)
+        earlier.record(Kind.parse("lookup/n4"), 2, 2, 3, 2.2)
     new = controller_with_costs(costs)
-    assert new.choose("lookup/n4", 2) == 0
+    assert new.choose(Kind.parse("lookup/n4"), 2) == 0
     new.acceptance.seed(earlier.acceptance.take_counts())
-    assert new.choose("lookup/n4", 2) == 2
+    assert new.choose(Kind.parse("lookup/n4"), 2) == 2
     for _ in range(5):  # this run's own evidence leads within a few steps
-        new.record("lookup/n4", 2, 0, 3, 2.2)
-    assert new.choose("lookup/n4", 2) == 0
+        new.record(Kind.parse("lookup/n4"), 2, 0, 3, 2.2)
+    assert new.choose(Kind.parse("lookup/n4"), 2) == 0
     assert earlier.acceptance.take_counts() == {}  # counted once
 
 
@@ -390,7 +386,7 @@ def test_what_one_prompt_taught_a_kind_joins_its_long_run_rate_and_the_next_prom
     evidence, the edit would keep the summary drafting for ~20 steps; as part of the
     long-run rate (a prior of two steps), it gives way to the summary's first rejections."""
     c = controller_with_costs({1: 1.0, 2: 1.5, 3: 1.8, 9: 5.0})
-    key = "lookup/n4-7/c/p"
+    key = Kind("lookup", ("n4-7", "c", "p"))
     c.acceptance.new_context()  # the edit
     for _ in range(30):
         c.record(key, 8, 8, 9, 5.0)
@@ -406,7 +402,7 @@ def test_counts_that_are_not_the_models_own_are_not_seeded():
     c = DraftController(max_k=4)
     c.acceptance.seed({"a": [[2.0], [1.0]], "b": "x", "c": [[1.0, 1.0], [1.0]], "d": [[float("nan")], [1.0]],
                        "e": [[1.0], [2.0], [3.0]]})
-    assert all(list(c.acceptance.rates(k)) == [0.5] * 4 for k in "abcde")
+    assert all(list(c.acceptance.rates(Kind(k))) == [0.5] * 4 for k in "abcde")
 
 
 def test_kinds_are_kept_per_target_and_a_model_drafters_per_drafter_file(tmp_path, monkeypatch):
@@ -414,17 +410,17 @@ def test_kinds_are_kept_per_target_and_a_model_drafters_per_drafter_file(tmp_pat
     a model drafter's kind ("model") is carried only to the same drafter model file."""
     from types import SimpleNamespace
 
-    from edgespec.spec import calibration
+    from edgespec.speculative import calibration
 
     monkeypatch.setattr(calibration, "_dir", lambda: tmp_path / "calibration")
     target, small, other = (tmp_path / n for n in ("target.gguf", "small.gguf", "other.gguf"))
     for p in (target, small, other):
         p.write_bytes(b"GGUF")
-    drafting = [SimpleNamespace(model_key="model", backend=SimpleNamespace(path=small))]
+    drafting = [SimpleNamespace(kind=Kind("model"), backend=SimpleNamespace(path=small))]
     calibration.save_kinds(target, drafting, {"lookup/n2": [[1.0], [2.0]], "model": [[3.0], [4.0]]})
     calibration.save_kinds(target, drafting, {"lookup/n2": [[1.0, 1.0], [1.0, 1.0]]})  # runs add up
     assert calibration.load_kinds(target, drafting) == {"lookup/n2": [[2.0, 1.0], [3.0, 1.0]], "model": [[3.0], [4.0]]}
-    with_other = [SimpleNamespace(model_key="model", backend=SimpleNamespace(path=other))]
+    with_other = [SimpleNamespace(kind=Kind("model"), backend=SimpleNamespace(path=other))]
     assert calibration.load_kinds(target, with_other) == {"lookup/n2": [[2.0, 1.0], [3.0, 1.0]]}
     assert calibration.load_kinds(small, drafting) == {}  # another target counted nothing yet
     calibration.save_kinds(target, with_other, {"model": [[0.0], [5.0]]})  # the first drafter's stays
@@ -439,8 +435,8 @@ def test_a_new_engine_on_the_same_model_starts_from_what_earlier_runs_counted(tm
 
     from edgespec.drafters import make_drafter
     from edgespec.runtimes.llamacpp import LlamaCppBackend
-    from edgespec.spec import calibration
-    from edgespec.spec.engine import Engine
+    from edgespec.speculative import calibration
+    from edgespec.speculative.engine import Engine
 
     monkeypatch.setattr(calibration, "_dir", lambda: tmp_path / "calibration")
     with LlamaCppBackend(tiny_gguf.write(tmp_path / "tiny.gguf"), n_ctx=256, n_threads=1) as b:
@@ -454,9 +450,9 @@ def test_a_new_engine_on_the_same_model_starts_from_what_earlier_runs_counted(tm
         list(engine.generate(prompt, 1))  # one token: nothing drafted, nothing learned in this run
         expected = AcceptanceModel(max_k=4)
         expected.seed(counted)
-        for kind in counted:
+        for kind in map(Kind.parse, counted):
             assert list(second.acceptance.rates(kind)) == list(expected.rates(kind))
-        assert any(list(expected.rates(kind)) != [0.5] * 4 for kind in counted)  # not the flat prior
+        assert any(list(expected.rates(Kind.parse(kind))) != [0.5] * 4 for kind in counted)  # not the flat prior
 
 
 def test_a_drafter_whose_batches_run_dearer_than_the_curve_says_stops_where_it_pays_narrowly():
@@ -465,19 +461,19 @@ def test_a_drafter_whose_batches_run_dearer_than_the_curve_says_stops_where_it_p
     the family stops drafting it; a long draft that is nearly always accepted still pays."""
     c = controller_with_costs({1: 1.0, 2: 1.5, 3: 1.8, 9: 4.0})
     for _ in range(40):
-        c.acceptance.record("lookup/n2", 1, 1)
+        c.acceptance.record(Kind.parse("lookup/n2"), 1, 1)
     for i in range(40):
-        c.acceptance.record("lookup/n2", 1, int(i % 20 < 13))  # 65% of the time, lately
-        c.acceptance.record("lookup/n8+", 8, 8)
-    assert c.choose("lookup/n2", 1) == 1  # as predicted: 1.65 tokens for 1.5
-    c.record("recycle", 0, 0, 1, 1.0)  # a plain step: one token costs what the curve says
-    c.record("lookup/n2", 1, 1, 2, 1.9)
-    assert c.choose("lookup/n2", 1) == 0  # one dear batch is enough, long before the curve learns it
-    assert c.choose("lookup/n8+", 8) == 8
+        c.acceptance.record(Kind.parse("lookup/n2"), 1, int(i % 20 < 13))  # 65% of the time, lately
+        c.acceptance.record(Kind.parse("lookup/n8+"), 8, 8)
+    assert c.choose(Kind.parse("lookup/n2"), 1) == 1  # as predicted: 1.65 tokens for 1.5
+    c.record(Kind.parse("recycle"), 0, 0, 1, 1.0)  # a plain step: one token costs what the curve says
+    c.record(Kind.parse("lookup/n2"), 1, 1, 2, 1.9)
+    assert c.choose(Kind.parse("lookup/n2"), 1) == 0  # one dear batch is enough, long before the curve learns it
+    assert c.choose(Kind.parse("lookup/n8+"), 8) == 8
     for i in range(30):
-        c.record("recycle", 0, 0, 1, 1.0)
-        c.record("lookup/n2", 1, int(i % 20 < 13), 2, 1.9)
-    assert c.realization("lookup/n2") < 0.95 and c.choose("lookup/n2", 1) == 0
+        c.record(Kind.parse("recycle"), 0, 0, 1, 1.0)
+        c.record(Kind.parse("lookup/n2"), 1, int(i % 20 < 13), 2, 1.9)
+    assert c.realization(Kind.parse("lookup/n2")) < 0.95 and c.choose(Kind.parse("lookup/n2"), 1) == 0
     for _ in range(200):  # drafting nothing for a while: the shortfall fades and it is tried again
-        c.record("recycle", 0, 0, 1, 1.0)
-    assert c.realization("lookup/n2") > 0.97
+        c.record(Kind.parse("recycle"), 0, 0, 1, 1.0)
+    assert c.realization(Kind.parse("lookup/n2")) > 0.97

@@ -7,7 +7,7 @@ import time
 
 import psutil
 
-from edgespec.spec.cpu_load import OtherLoad, contends
+from edgespec.speculative.cpu_load import OtherLoad, contends
 
 SPIN = "import time\nwhile True: time.perf_counter()"
 
@@ -41,7 +41,7 @@ def test_a_program_busy_beside_this_one_is_measured_and_this_ones_own_work_is_no
 
 
 def test_a_program_that_started_a_moment_ago_is_not_averaged_with_the_quiet_before_it():
-    from edgespec.spec.cpu_load import RecentLoad
+    from edgespec.speculative.cpu_load import RecentLoad
 
     since_start, recent = OtherLoad(), RecentLoad(span=2.0)
     time.sleep(2.5)  # quiet: a chat waits for the next message
@@ -57,7 +57,7 @@ def test_a_program_that_started_a_moment_ago_is_not_averaged_with_the_quiet_befo
 
 
 def test_a_span_too_short_for_the_clock_is_not_judged():
-    from edgespec.spec.cpu_load import RecentLoad
+    from edgespec.speculative.cpu_load import RecentLoad
 
     assert OtherLoad().cores() is None
     recent = RecentLoad()
@@ -79,9 +79,9 @@ def test_a_curve_learned_while_other_programs_took_the_cores_is_not_cached(tmp_p
 
     from edgespec.drafters import make_drafter
     from edgespec.runtimes.llamacpp import LlamaCppBackend
-    from edgespec.spec import calibration
-    from edgespec.spec.controller import DraftController
-    from edgespec.spec.engine import Engine
+    from edgespec.speculative import calibration
+    from edgespec.speculative.controller import DraftController
+    from edgespec.speculative.engine import Engine
 
     class Slow(LlamaCppBackend):
         def eval(self, ids, n_logits=None):
@@ -118,11 +118,11 @@ def test_a_drafters_step_cost_is_kept_only_from_generations_on_quiet_cores(tmp_p
     a load, its steps describe the load, so that generation is left out of the kept mean."""
     import platform
 
-    from conftest import always_draft
+    from helpers import always_draft
     from edgespec.drafters import ModelDrafter
     from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
-    from edgespec.spec import calibration, engine as engine_module
-    from edgespec.spec.engine import Engine
+    from edgespec.speculative import calibration, engine as engine_module
+    from edgespec.speculative.engine import Engine
     from prompts import PROMPTS
 
     class Keyed(ReferenceBackend):
@@ -146,13 +146,13 @@ def test_a_drafters_step_cost_is_kept_only_from_generations_on_quiet_cores(tmp_p
 
     Measured.other = 2.0  # two cores' worth of other work: contended on any machine here
     list(engine.generate(prompt, 40))
-    loaded_n, loaded_s = drafter.token_cost
+    loaded_n, loaded_s = drafter.cost.token_cost
     assert loaded_n >= calibration.MIN_STEPS  # it drafted plenty
     assert kept() is None  # and none of it was kept
 
     Measured.other = 0.0
     list(engine.generate(prompt, 40))
-    n, s = drafter.token_cost
+    n, s = drafter.cost.token_cost
     assert kept() == {1: (s - loaded_s) / (n - loaded_n)}  # the quiet generation's mean alone
 
 
@@ -160,7 +160,7 @@ def test_threads_are_given_up_to_programs_that_want_most_of_a_core(monkeypatch):
     """The 2-core VM's measurements (cpu_load.py): 2 threads beside a program busy 25%, 50%,
     75% and 100% of the time measured it at 0.14, 0.26, 0.39 and 0.68 cores, and decoded at
     39.2, 36.1, 26.1 and 15.8 tokens/s against 28.0, 24.6, 27.2 and 22.6 on one thread."""
-    from edgespec.spec.cpu_load import fitting_threads
+    from edgespec.speculative.cpu_load import fitting_threads
 
     monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: 2)
     beside_two = [fitting_threads(o, threads=2, most=2, running=True) for o in (0.0, 0.14, 0.26, 0.39, 0.68)]
@@ -180,7 +180,7 @@ def test_a_chat_beside_a_busy_program_decodes_on_the_cores_it_leaves(tmp_path, m
 
     from edgespec.api import EdgeSpec
     from edgespec.runtimes.llamacpp import LlamaCppBackend, default_threads
-    from edgespec.spec import calibration
+    from edgespec.speculative import calibration
 
     cores = psutil.cpu_count()
     if min(cores, default_threads()) < 2:
@@ -217,7 +217,7 @@ def test_a_program_that_starts_mid_answer_gets_its_core_within_about_a_second(tm
 
     from edgespec.api import EdgeSpec
     from edgespec.runtimes.llamacpp import LlamaCppBackend, default_threads
-    from edgespec.spec import calibration
+    from edgespec.speculative import calibration
 
     class Slow(LlamaCppBackend):
         def eval(self, ids, n_logits=None):
@@ -245,8 +245,8 @@ def test_a_backend_opened_with_more_threads_than_cores_is_not_reported_as_crowde
     """Threads beyond the core count only wait on each other: the engine computes on at most
     one per core, and on quiet cores says nothing of other programs."""
     from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
-    from edgespec.spec import engine as engine_module
-    from edgespec.spec.engine import Engine
+    from edgespec.speculative import engine as engine_module, threads as threads_module
+    from edgespec.speculative.engine import Engine
 
     class Quiet:  # nothing else runs, as the engine reads it
         def cores(self):
@@ -265,8 +265,9 @@ def test_a_backend_opened_with_more_threads_than_cores_is_not_reported_as_crowde
             self.n_threads = n
             return True
 
-    monkeypatch.setattr(engine_module, "OtherLoad", Quiet)
-    monkeypatch.setattr(engine_module, "RecentLoad", Quiet)
+    for module in (engine_module, threads_module):
+        monkeypatch.setattr(module, "OtherLoad", Quiet)
+    monkeypatch.setattr(threads_module, "RecentLoad", Quiet)
     backend = Threaded(ReferenceModel(seed=3))
     engine = Engine(backend, None, adapt_threads=True)
     list(engine.generate(backend.tokenizer.encode("the the the"), 8))

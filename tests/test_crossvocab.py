@@ -5,12 +5,12 @@ import random
 
 import pytest
 
-from conftest import always_draft
+from helpers import always_draft
 from edgespec.drafters import CrossVocabDrafter
 from edgespec.drafters.translate import TextView, TranslationCache, check_mappable, retokenize_after, surface
 from edgespec.errors import DrafterError
 from edgespec.runtimes.reference import ByteTokenizer, ReferenceBackend, ReferenceModel
-from edgespec.spec.engine import Engine
+from edgespec.speculative.engine import Engine
 from merged_vocab import MergedVocabBackend, MergeTokenizer
 from prompts import PROMPTS
 

@@ -29,7 +29,7 @@ def test_each_bench_record_names_its_machine_command_and_date():
     assert records
     for path in records:
         rec = json.loads(path.read_text())
-        assert rec["command"].startswith(("edgespec bench", "edgespec profile", "python3 -m edgespec.bench.", "python -m edgespec.apps.server_bench"))
+        assert rec["command"].startswith(("edgespec bench", "edgespec profile", "python3 -m edgespec.bench."))
         assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", rec["date"])
         assert rec["machine"]["cpu"] and rec["machine"]["logical_cores"] and rec["machine"]["llama_cpp"]
         assert rec["rows"]

@@ -4,9 +4,9 @@ import numpy as np
 
 from edgespec.drafters import (AutoDrafter, NGramCacheDrafter, PromptLookupDrafter, TokenRecyclingDrafter,
                                make_drafter)
-from edgespec.spec.controller import DraftController
-from edgespec.spec.drafter import Draft, Drafter
-from edgespec.spec.verifier import SamplingParams
+from edgespec.speculative.controller import DraftController
+from edgespec.speculative.drafter import Draft, Drafter, Kind, ModelCost
+from edgespec.speculative.verifier import SamplingParams
 
 
 def test_prompt_lookup_continues_the_longest_earlier_match():
@@ -16,7 +16,7 @@ def test_prompt_lookup_continues_the_longest_earlier_match():
     d.begin(history)
     draft = d.propose(history, 3)
     assert draft.tokens == [5, 6, 9]
-    assert draft.key == "lookup/n3/p"  # copied from the prompt
+    assert draft.kind == Kind("lookup", ("n3", "p"))  # copied from the prompt
 
 
 def test_prompt_lookup_keeps_copying_the_source_it_was_copying_and_marks_ambiguous_matches():
@@ -25,14 +25,14 @@ def test_prompt_lookup_keeps_copying_the_source_it_was_copying_and_marks_ambiguo
     history = source + [20] + echo + [30, 9, 10]
     d.begin(history)
     first = d.propose(history, 3)
-    assert (first.tokens, first.key) == ([11, 12, 13], "lookup/n2/p")  # "9 10" occurs in the source only
+    assert (first.tokens, str(first.kind)) == ([11, 12, 13], "lookup/n2/p")  # "9 10" occurs in the source only
     history += [11, 12]  # the output copied the source
     d.begin(history)
     # "11 12" occurred last in the echo (then 99), but the copy goes on in the source;
     # the match was followed by two different tokens (/a) and continues the last one (/c)
     second = d.propose(history, 2)
-    assert (second.tokens, second.key) == ([13, 14], "lookup/n2/a/c/p")
-    assert d.propose(history, 2).key == "lookup/n2/a/c/p"  # asking again at the same point says the same
+    assert (second.tokens, str(second.kind)) == ([13, 14], "lookup/n2/a/c/p")
+    assert str(d.propose(history, 2).kind) == "lookup/n2/a/c/p"  # asking again at the same point says the same
 
 
 def test_prompt_lookup_copies_the_prompt_rather_than_a_phrase_the_answer_repeated():
@@ -41,9 +41,9 @@ def test_prompt_lookup_copies_the_prompt_rather_than_a_phrase_the_answer_repeate
     d.begin(prompt)
     history = prompt + [5, 6, 9, 3, 5, 6]  # the answer wrote "5 6 9" once, and now "5 6" again
     draft = d.propose(history, 2)
-    assert (draft.tokens, draft.key) == ([7, 8], "lookup/n2/a/p")
+    assert (draft.tokens, str(draft.kind)) == ([7, 8], "lookup/n2/a/p")
     history += [7, 3, 9, 4, 3, 9]  # "3 9" occurs in the answer only
-    assert (d.propose(history, 1).tokens, d.propose(history, 1).key) == ([4], "lookup/n2")
+    assert (d.propose(history, 1).tokens, str(d.propose(history, 1).kind)) == ([4], "lookup/n2")
 
 
 def test_prompt_lookup_stops_a_copy_where_this_prompts_copies_kept_breaking():
@@ -107,7 +107,7 @@ def test_ngram_cache_stays_within_its_bound_over_a_long_session_and_keeps_what_r
 def test_token_recycling_walks_the_best_token_of_each_verification_row():
     vocab = 50
     d = TokenRecyclingDrafter(vocab)
-    d.sample_with(SamplingParams(temperature=0.8), np.random.default_rng(0))
+    d.begin([1], (SamplingParams(temperature=0.8), np.random.default_rng(0)))
     logits = np.zeros((2, vocab), dtype=np.float32)
     logits[0, 7] = 3.0  # after token 4 the target liked 7 best
     logits[1, 9] = 5.0  # after token 7: 9
@@ -117,7 +117,7 @@ def test_token_recycling_walks_the_best_token_of_each_verification_row():
 
 def test_token_recycling_in_greedy_decoding_learns_the_tokens_the_target_chose_without_reading_logits():
     d = TokenRecyclingDrafter(50)
-    d.sample_with(None, None)  # greedy
+    d.begin([1])  # greedy
     unread = np.full((3, 50), np.nan, dtype=np.float32)  # the verdict already names each row's best
     d.observe([1, 4], [4, 7, 9], unread, next_token=11)
     assert d.propose([1, 4], 5).tokens == [7, 9, 11]
@@ -129,17 +129,15 @@ def test_token_recycling_keeps_one_successor_per_token_about_a_megabyte_for_larg
 
 
 class Fixed(Drafter):
-    """Always proposes the same tokens; counts how often it was asked."""
+    """Always proposes the same tokens; counts how often it was asked. With `seconds_per_token`
+    it is a model drafter, paying that for each token it drafts."""
 
-    def __init__(self, tokens, key, model_cost=None):
-        self.draft = Draft(tokens, key)
+    def __init__(self, tokens, kind, seconds_per_token=None):
+        self.draft = Draft(tokens, Kind(kind))
         self.asked = 0
-        self.model_key = key if model_cost is not None else None
-        self._cost = model_cost or 0.0
-
-    @property
-    def cost_per_token(self):
-        return self._cost
+        if seconds_per_token is not None:
+            self.cost = ModelCost(Kind(kind), backend=None)
+            self.cost.steps, self.cost.step_s = 1, seconds_per_token
 
     def propose(self, history, k):
         self.asked += 1
@@ -152,7 +150,7 @@ def trained_controller(accepts):
     c.cost.set_timed({n: 1.0 + 0.1 * (n - 1) for n in range(1, 10)})
     for key, (k, n) in accepts.items():
         for _ in range(30):
-            c.record(key, k, n, k + 1, 1.0 + 0.1 * k)
+            c.record(Kind(key), k, n, k + 1, 1.0 + 0.1 * k)
     return c
 
 
@@ -166,18 +164,18 @@ def test_the_hybrid_asks_its_model_drafter_only_when_that_pays():
     # the model is right half the time and costs 0.3 of a target step per token;
     # copying ("b") is always right and free: the model is not asked
     c = trained_controller({"b": (4, 4), "m": (4, 1)})
-    model = Fixed([7, 8, 9, 10], "m", model_cost=0.3)
+    model = Fixed([7, 8, 9, 10], "m", seconds_per_token=0.3)
     auto = AutoDrafter([Fixed([2, 3, 4, 5], "b"), model], c)
     for _ in range(10):
         assert auto.propose([0], 4).tokens == [2, 3, 4, 5]
     assert model.asked == 0
     # where nothing can be copied, a model that is usually right and cheap drafts
     c = trained_controller({"m": (4, 4)})
-    model = Fixed([7, 8, 9, 10], "m", model_cost=0.05)
+    model = Fixed([7, 8, 9, 10], "m", seconds_per_token=0.05)
     auto = AutoDrafter([Fixed([], "b"), model], c)
     assert auto.propose([0], 4).tokens == [7, 8, 9, 10] and model.asked == 1
     # a model too slow to pay is not asked, but for a rare probe
-    model._cost = 5.0
+    model.cost.step_s = 5.0
     taken = [auto.propose([0], 4).tokens for _ in range(64)]
     assert taken.count([]) >= 60 and model.asked <= 1 + 64 // c.explore_every + 1
 

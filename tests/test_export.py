@@ -302,7 +302,7 @@ def test_bench_runs_onnx_exports_beside_llama_cpp_and_says_which_decodes_fastest
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"category": "code", "prompt": "def add(a, b): return a + b\n" * 3}) + "\n")
     r = edgespec("bench", "-m", tmp_path / "gguf-f16", "--onnx", f"{tmp_path / 'onnx-int4'},{tmp_path / 'onnx-int4-f32'}",
-                 "--drafters", "lookup", "--no-peer", "-n", "8", "--ctx", "256", "--prompts", prompts,
+                 "--drafters", "lookup", "--peers", "none", "-n", "8", "--ctx", "256", "--prompts", prompts,
                  "--json", tmp_path / "run.json")
     assert r.returncode == 0, r.stderr
     rows = json.loads((tmp_path / "run.json").read_text())["rows"]
@@ -489,10 +489,10 @@ def test_a_replacement_killed_between_its_two_renames_is_undone_by_the_next_swee
 
 @pytest.mark.parametrize("to,quant", [("onnx", "fp32"), ("gguf", "f16")])
 def test_vocab_trimmed_drafter_keeps_speculation_lossless(checkpoint, tmp_path, to, quant):
-    from conftest import always_draft
+    from helpers import always_draft
     from edgespec.api import EdgeSpec
     from edgespec.drafters import ModelDrafter, make_drafter
-    from edgespec.spec.engine import Engine
+    from edgespec.speculative.engine import Engine
 
     k = 120
     m = run_export(ExportPlan(str(checkpoint), to, tmp_path / "trim", quant, trim_vocab=k), quiet=True)

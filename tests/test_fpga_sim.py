@@ -10,13 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from conftest import always_draft
+from helpers import always_draft
 from edgespec.drafters import make_drafter
 from edgespec.runtimes.fpga.cost import TELLME_PUBLISHED, tellme_cost_model
 from edgespec.runtimes.fpga.sim import FpgaSimBackend, TernaryModel
 from edgespec.runtimes.fpga.tlmm import int_matmul, pack, patterns, quantize_activations, ternarize, tlmm, unpack
 from edgespec.runtimes.reference import ReferenceModel
-from edgespec.spec.engine import Engine
+from edgespec.speculative.engine import Engine
 
 
 @st.composite
@@ -100,7 +100,7 @@ def test_speculation_on_fpga_sim_equals_plain_decoding_on_it(ternary_model, draf
     backend = FpgaSimBackend(ternary_model)
     controller = always_draft(8)  # verify every proposal in full
     engine = Engine(backend, make_drafter(drafter, backend.n_vocab, controller), controller=controller,
-                    calibrate=False)
+                    calibrate=False, clock=backend)
     drafted = accepted = 0
     for prompt in PROMPTS[:8]:
         ids = backend.tokenizer.encode(prompt * 2)  # repeated, so n-gram drafters find matches
@@ -229,12 +229,13 @@ def test_speculation_on_a_ternary_export_is_lossless(ternary_export):
     assert plain.backend.name == "fpga-sim"
     prompt = "for i in range(10):\n    print(i * i)\nfor i in range(10):\n"
     expected = plain.generate(prompt, max_tokens=24).token_ids
+    backend, ids = plain.backend, plain.tokenize(prompt)
     drafted = 0
     for drafter in ("lookup", "ngram", "recycle", "auto"):
-        llm = EdgeSpec(plain.backend, drafter=drafter)
-        llm.engine.controller = always_draft(8)  # verify every proposal in full
-        llm.engine._calibrate = False
-        llm.reset()
-        assert llm.generate(prompt, max_tokens=24).token_ids == expected, drafter
-        drafted += llm.last_stats.drafted
+        controller = always_draft(8)  # verify every proposal in full
+        engine = Engine(backend, make_drafter(drafter, backend.n_vocab, controller), controller=controller,
+                        calibrate=False, clock=backend)
+        engine.reset()
+        assert list(engine.generate(ids, 24)) == expected, drafter
+        drafted += engine.last_stats.drafted
     assert drafted > 0

@@ -17,11 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import always_draft
+from helpers import always_draft
 from edgespec.drafters import CrossVocabDrafter, make_drafter
 from edgespec.drafters.translate import TextView
 from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
-from edgespec.spec.engine import Engine
+from edgespec.speculative.engine import Engine
 from merged_vocab import MergedVocabBackend
 
 EXAMPLES = int(os.environ.get("EDGESPEC_FUZZ_EXAMPLES", "0")) or None

@@ -7,16 +7,16 @@ import numpy as np
 from edgespec.api import EdgeSpec
 from edgespec.bench.replay import ReplayBackend
 from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
-from edgespec.spec.controller import AcceptanceModel
-from edgespec.spec.drafter import Draft
-from edgespec.spec.hindsight import Hindsight
+from edgespec.speculative.controller import AcceptanceModel
+from edgespec.speculative.drafter import Draft, Kind
+from edgespec.speculative.hindsight import Hindsight
 
 
 def test_a_declined_draft_is_learned_once_the_text_shows_where_it_stops_matching():
     acceptance = AcceptanceModel(max_k=8)
     hindsight = Hindsight(acceptance)
     history = [5, 6, 7]
-    hindsight.add(Draft([8, 9, 10, 11], key="lookup/n2"), start=len(history))
+    hindsight.add(Draft([8, 9, 10, 11], Kind("lookup", ("n2",))), start=len(history))
     history += [8, 9]
     hindsight.advance(history)
     assert "lookup/n2" not in acceptance.take_counts()  # two of four matched so far: undecided
@@ -32,7 +32,7 @@ def test_the_part_of_a_draft_cut_off_before_verifying_is_learned_from_the_text()
     hindsight = Hindsight(acceptance)
     history = [5, 6, 7]
     # a 6-token proposal of which the controller verified 2 (and recorded their verdict)
-    hindsight.add(Draft([8, 9, 10, 11, 12, 13], key="lookup/n4-7/c"), start=len(history), verified=2)
+    hindsight.add(Draft([8, 9, 10, 11, 12, 13], Kind("lookup", ("n4-7", "c"))), start=len(history), verified=2)
     history += [8, 9, 10, 11, 99]  # the verified two were accepted; the text went on with two more
     hindsight.advance(history)
     accepted, tried = acceptance.take_counts()["lookup/n4-7/c"]

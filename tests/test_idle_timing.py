@@ -10,12 +10,12 @@ from typing import Sequence
 
 import numpy as np
 import pytest
-from conftest import ScriptedBackend, always_draft
+from helpers import ScriptedBackend, always_draft
 
 from edgespec.drafters import make_drafter
-from edgespec.spec import calibration, idle
-from edgespec.spec.controller import DraftController
-from edgespec.spec.engine import Engine
+from edgespec.speculative import calibration, idle
+from edgespec.speculative.controller import DraftController
+from edgespec.speculative.engine import Engine
 
 
 class ClockedBackend(ScriptedBackend):
@@ -129,7 +129,7 @@ def test_a_reset_while_the_engine_times_at_idle_waits_for_the_batch_to_be_undone
 def test_nothing_is_timed_while_other_programs_keep_the_cores_busy(monkeypatch):
     b = ClockedBackend("hello world")
     engine = engine_on(b)
-    monkeypatch.setattr(engine, "_contended", lambda cores: True)
+    monkeypatch.setattr(engine.threads, "contended", lambda cores: True)
     list(engine.generate(list(b"say hello"), 4))
     ran = len(b.batches)
     time.sleep(0.6)

@@ -144,7 +144,7 @@ def test_ctrl_c_during_a_bench_with_llama_server_stops_every_server(smollm2_path
             pytest.fail("CI must run the llama-server peer: ./install.sh --dev builds it")
         pytest.skip("no llama-server built here")
     p = subprocess.Popen([sys.executable, "-m", "edgespec", "bench", "-m", str(smollm2_path), "--drafters", "lookup",
-                          "--no-peer", "--peers", "llama-server", "-n", "64"],
+                          "--peers", "llama-server", "-n", "64"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                          env={**os.environ, "TMPDIR": str(tmp_path)})
     bench = psutil.Process(p.pid)

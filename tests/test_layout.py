@@ -1,6 +1,7 @@
-"""The code stays readable: folders depend on each other one way, the speculation loop is
-short, and so is every function on the decode path. `pytest tests/test_layout.py -s`
-prints the ten longest functions."""
+"""The code stays readable: folders depend on each other one way, the engine is the loop and
+fits in one view, every function outside the bench, the export pipeline and the CLI fits in
+one screen, and the drafter contract is small. `pytest tests/test_layout.py -s` prints the
+ten longest functions."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).parent.parent
 PACKAGE = ("edgespec", "export", "runtimes", "apps")
 NAMESPACE = {"edgespec": "edgespec", "export": "edgespec.export", "runtimes": "edgespec.runtimes", "apps": "edgespec.apps"}
-DECODE_PATH = ("edgespec/spec/engine.py", "edgespec/spec/controller.py", "edgespec/spec/verifier.py", "edgespec/drafters/")
+DECODE_PATH = ("edgespec/speculative/engine.py", "edgespec/speculative/controller.py", "edgespec/speculative/verifier.py", "edgespec/drafters/")
 
 
 def function_lengths() -> list[tuple[int, str]]:
@@ -31,11 +32,26 @@ def test_the_speculation_loop_and_the_decode_path_stay_short():
     print("\nthe ten longest functions:")
     for lines, where in rows[:10]:
         print(f"{lines:5d}  {where}")
-    generate = next(lines for lines, where in rows if where.startswith("edgespec/spec/engine.py") and
+    generate = next(lines for lines, where in rows if where.startswith("edgespec/speculative/engine.py") and
                     where.endswith(" _generate"))
     assert generate < 90
     long = [(lines, where) for lines, where in rows if where.startswith(DECODE_PATH) and lines > 80]
     assert not long, long
+
+
+def test_the_engine_is_the_loop_and_no_function_outside_the_tools_runs_past_sixty_lines():
+    assert len((ROOT / "edgespec/speculative/engine.py").read_text().splitlines()) <= 250
+    tools = ("edgespec/bench/", "export/", "edgespec/cli/")
+    long = [(lines, where) for lines, where in function_lengths() if lines > 60 and not where.startswith(tools)]
+    assert not long, long
+
+
+def test_the_drafter_contract_is_begin_propose_observe_reset_memory_and_a_models_cost():
+    from edgespec.speculative.drafter import Drafter
+
+    public = {name for name in dir(Drafter) if not name.startswith("_")}
+    assert public == {"name", "cost", "begin", "propose", "observe", "reset", "memory", "models"}
+    assert not (ROOT / "edgespec/spec").exists()
 
 
 def module_name(path: Path) -> str:
@@ -94,4 +110,18 @@ def test_folders_import_only_the_folders_above_them_in_the_readme():
         list(graphlib.TopologicalSorter(folder_imports()).static_order())
     except graphlib.CycleError as e:
         raise AssertionError(f"imports in a circle: {' -> '.join(e.args[1])}") from None
-    assert order.index("edgespec.spec") < order.index("edgespec.drafters") < order.index("edgespec.export")
+    assert order.index("edgespec.speculative") < order.index("edgespec.drafters") < order.index("edgespec.export")
+
+
+def test_the_apps_use_the_public_api_only():
+    """What `edgespec` exports at its top (and the apps' own modules): an app is built as a
+    user would build one."""
+    imported = []
+    for path in (ROOT / "apps").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("edgespec"):
+                imported.append((node.module, path.name))
+            elif isinstance(node, ast.Import):
+                imported += [(a.name, path.name) for a in node.names if a.name.startswith("edgespec")]
+    private = [(m, f) for m, f in imported if m != "edgespec" and not m.startswith("edgespec.apps")]
+    assert not private, private

@@ -4,10 +4,10 @@ for token."""
 
 import pytest
 
-from conftest import always_draft
+from helpers import always_draft
 from edgespec.drafters import make_drafter
 from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
-from edgespec.spec.engine import Engine
+from edgespec.speculative.engine import Engine
 from prompts import PROMPTS
 
 MAX_TOKENS = 48
@@ -52,16 +52,16 @@ def test_greedy_speculation_equals_plain_greedy_token_for_token(model, plain_out
 def test_a_perfect_drafter_saves_target_passes(model, plain_outputs):
     """Speculation pays through fewer target evaluations: with an oracle drafter
     the same output takes a fraction of the passes."""
-    from edgespec.spec.drafter import Draft, Drafter
+    from edgespec.speculative.drafter import Draft, Drafter, Kind
 
     class Oracle(Drafter):
         def __init__(self, future):
             self.future = future
 
         def propose(self, history, k):
-            return Draft(self.future[self.start(history):][:k], key="oracle")
+            return Draft(self.future[self.start(history):][:k], Kind("oracle"))
 
-        def begin(self, history):
+        def begin(self, history, sampling=None):
             self.n_prompt = len(history)
 
         def start(self, history):

@@ -115,11 +115,11 @@ def test_a_drafter_that_fits_only_trimmed_is_trimmed_once_and_drafts_losslessly(
     from pathlib import Path
 
     import edgespec.export.gguf_trim
-    from conftest import always_draft
+    from helpers import always_draft
     from edgespec.api import EdgeSpec
     from edgespec.drafters import make_drafter
     from edgespec.memory.planner import TRIM_KS, make_plan
-    from edgespec.spec.engine import Engine
+    from edgespec.speculative.engine import Engine
     from prompts import PROMPTS
     from test_real_lossless import assert_lossless_up_to_near_ties
 

@@ -5,10 +5,10 @@ history longer than its context is drafted from the same cut."""
 
 import pytest
 
-from conftest import always_draft
+from helpers import always_draft
 from edgespec.drafters import ModelDrafter
 from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
-from edgespec.spec.engine import Engine
+from edgespec.speculative.engine import Engine
 from prompts import PROMPTS
 
 
@@ -56,12 +56,12 @@ def test_a_probe_is_priced_at_a_window_read_from_the_start(model):
     tok = ReferenceBackend(model).tokenizer
     prompt = tok.encode(PROMPTS[0] * 3)
     drafter = ModelDrafter(ReferenceBackend(model), window=16, p_min=0.0)
-    assert drafter.probe_seconds == 0.0  # nothing read yet: no estimate
+    assert drafter.cost.probe_seconds == 0.0  # nothing read yet: no estimate
     drafter.begin(prompt)
-    estimate = drafter.probe_seconds
+    estimate = drafter.cost.probe_seconds
     assert estimate > 0.0
     drafter.propose(prompt + tok.encode(" one more sentence, long enough to be a pause", add_bos=False), 2)
-    assert drafter.probe_seconds not in (0.0, estimate) and drafter.restarts == 1
+    assert drafter.cost.probe_seconds not in (0.0, estimate) and drafter.restarts == 1
 
 
 def test_a_drafter_without_a_window_reads_the_whole_gap(model):

@@ -6,8 +6,9 @@ from dataclasses import replace
 import pytest
 
 from edgespec.memory.footprint import ModelConfig, model_bytes, parse_bytes, predict
-from edgespec.memory.planner import HEADROOM, BudgetError, GpuMemory, plain_footprint, plan
+from edgespec.memory.planner import HEADROOM, BudgetError, GpuMemory, PlanRequest, plain_footprint, plan
 from edgespec.models.facts import ModelFacts
+from edgespec.speculative.drafter import Kind
 
 MB = 1_000_000
 
@@ -45,25 +46,25 @@ def test_draft_length_costs_logits_rows():
 
 
 def test_without_a_budget_the_request_is_kept():
-    p = plan(QWEN15, None, "auto", n_ctx=4096, max_draft=16, baseline=BASE, repack=True)
+    p = plan(PlanRequest(QWEN15, None, "auto", n_ctx=4096, max_draft=16, baseline=BASE, repack=True))
     assert (p.n_ctx, p.kv_type, p.drafter, p.max_draft, p.load) == (4096, "f16", "auto", 16, "mmap")
     assert p.footprint.total > p.minimum
 
 
 def test_a_budget_too_small_is_refused_naming_the_minimum():
     with pytest.raises(BudgetError, match=r"too small for qwen: plain decoding needs at least 1\.\d\d GB"):
-        plan(QWEN15, 900 * MB, "auto", baseline=BASE, repack=True)
-    minimum = plan(QWEN15, None, "none", baseline=BASE, repack=True).minimum
-    p = plan(QWEN15, minimum, "auto", baseline=BASE, repack=True)  # the minimum named is enough
+        plan(PlanRequest(QWEN15, 900 * MB, "auto", baseline=BASE, repack=True))
+    minimum = plan(PlanRequest(QWEN15, None, "none", baseline=BASE, repack=True)).minimum
+    p = plan(PlanRequest(QWEN15, minimum, "auto", baseline=BASE, repack=True))  # the minimum named is enough
     assert p.footprint.total <= minimum and p.kv_type == "q4_0"
 
 
 @pytest.mark.parametrize("drafter,drafter_model", [("auto", None), ("smollm2", SMOL), ("auto+smollm2", SMOL)])
 def test_every_plan_fits_its_budget_and_gives_up_context_only_when_it_must(drafter, drafter_model):
-    minimum = plan(QWEN15, None, "none", baseline=BASE, repack=True).minimum
+    minimum = plan(PlanRequest(QWEN15, None, "none", baseline=BASE, repack=True)).minimum
     last_ctx = None
     for budget in range(3000 * MB, minimum - 1, -25 * MB):
-        p = plan(QWEN15, budget, drafter, drafter_model, n_ctx=4096, baseline=BASE, repack=True)
+        p = plan(PlanRequest(QWEN15, budget, drafter, drafter_model, n_ctx=4096, baseline=BASE, repack=True))
         assert p.footprint.total <= budget
         if last_ctx is not None:
             assert p.n_ctx <= last_ctx  # less memory never buys more context
@@ -73,10 +74,10 @@ def test_every_plan_fits_its_budget_and_gives_up_context_only_when_it_must(draft
 
 
 def test_a_drafter_model_that_does_not_fit_falls_back_to_model_free_drafting():
-    roomy = plan(QWEN15, 2000 * MB, "smollm2", SMOL, baseline=BASE, repack=True)
+    roomy = plan(PlanRequest(QWEN15, 2000 * MB, "smollm2", SMOL, baseline=BASE, repack=True))
     assert roomy.drafter == "smollm2" and "drafter_weights_resident" in roomy.footprint.components
-    tight = plan(QWEN15, (plain_footprint(QWEN15, 4096, BASE) + 40 * MB) / HEADROOM, "smollm2", SMOL,
-                 baseline=BASE, repack=True)
+    tight = plan(PlanRequest(QWEN15, (plain_footprint(QWEN15, 4096, BASE) + 40 * MB) / HEADROOM, "smollm2", SMOL,
+                 baseline=BASE, repack=True))
     assert (tight.drafter, tight.n_ctx, tight.kv_type) == ("auto", 4096, "f16")
     assert "drafter auto instead of smollm2" in " ".join(tight.notes)
 
@@ -96,31 +97,31 @@ def test_among_several_drafters_the_plan_takes_the_fastest_predicted_and_says_wh
     speed = {d: predicted_speedup(d, 16, QWEN15, f) for d, f in DRAFTERS.items()}
     assert speed["qwen05-trim16k"] > speed["qwen05"]  # 30% fewer bytes per draft token for 3% of acceptance
     for budget in (None, 2500 * MB):
-        p = plan(QWEN15, budget, "qwen05,qwen05-trim16k", DRAFTERS, baseline=BASE, repack=True)
+        p = plan(PlanRequest(QWEN15, budget, "qwen05,qwen05-trim16k", DRAFTERS, baseline=BASE, repack=True))
         assert p.drafter == "qwen05-trim16k" and p.drafter_model is QWEN05_TRIM
         assert p.speedup == pytest.approx(speed["qwen05-trim16k"])
         assert (f"drafter qwen05-trim16k chosen among qwen05 {speed['qwen05']:.2f}x, "
                 f"qwen05-trim16k {speed['qwen05-trim16k']:.2f}x") in " ".join(p.notes)
     # a trim that keeps too few of the target's tokens loses to the full vocabulary
     poor = {**DRAFTERS, "qwen05-trim16k": replace(QWEN05_TRIM, vocab_coverage=0.6)}
-    assert plan(QWEN15, 2500 * MB, "qwen05,qwen05-trim16k", poor, baseline=BASE, repack=True).drafter == "qwen05"
+    assert plan(PlanRequest(QWEN15, 2500 * MB, "qwen05,qwen05-trim16k", poor, baseline=BASE, repack=True)).drafter == "qwen05"
 
 
 def test_a_smaller_drafter_keeps_the_context_a_larger_one_would_give_up():
     budget = 3000 * MB
-    while plan(QWEN15, budget, "qwen05", QWEN05, baseline=BASE, repack=True).drafter == "qwen05":
+    while plan(PlanRequest(QWEN15, budget, "qwen05", QWEN05, baseline=BASE, repack=True)).drafter == "qwen05":
         budget -= 10 * MB  # down to where the full drafter no longer fits at the full context: it falls back
     # listed with a poor trim, the trim keeps the full context the full drafter would give up
     poor = {**DRAFTERS, "qwen05-trim16k": replace(QWEN05_TRIM, vocab_coverage=0.6)}
-    p = plan(QWEN15, budget, "qwen05,qwen05-trim16k", poor, baseline=BASE, repack=True)
+    p = plan(PlanRequest(QWEN15, budget, "qwen05,qwen05-trim16k", poor, baseline=BASE, repack=True))
     assert (p.drafter, p.n_ctx) == ("qwen05-trim16k", 4096) and p.footprint.total <= budget
     assert re.search(r"among qwen05 \d\.\d\dx at context (2048|1024|512), qwen05-trim16k \d\.\d\dx \(", " ".join(p.notes))
 
 
 def test_one_drafter_named_plans_as_before():
     for budget in (None, 2500 * MB, 1800 * MB):
-        one = plan(QWEN15, budget, "qwen05", QWEN05, baseline=BASE, repack=True)
-        mapped = plan(QWEN15, budget, "qwen05", {"qwen05": QWEN05}, baseline=BASE, repack=True)
+        one = plan(PlanRequest(QWEN15, budget, "qwen05", QWEN05, baseline=BASE, repack=True))
+        mapped = plan(PlanRequest(QWEN15, budget, "qwen05", {"qwen05": QWEN05}, baseline=BASE, repack=True))
         assert one == mapped and not any("chosen" in n for n in one.notes)
 
 
@@ -131,21 +132,21 @@ def test_a_drafter_list_names_each_once_and_falls_back_after_all_of_them():
                                                                      ("auto", 1), ("none", 2)]
     assert drafter_candidates("lookup,ngram") == [("lookup", 0), ("ngram", 0), ("none", 2)]
     with pytest.raises(ValueError, match="needs its model's facts"):
-        plan(QWEN15, None, "qwen05,qwen05-trim16k", QWEN05, baseline=BASE, repack=True)
+        plan(PlanRequest(QWEN15, None, "qwen05,qwen05-trim16k", QWEN05, baseline=BASE, repack=True))
 
 
 def test_plain_plus_ten_percent_keeps_speculation_and_full_draft_length():
     budget = int(plain_footprint(QWEN15, 4096, BASE) * 1.10)
-    p = plan(QWEN15, budget, "auto", n_ctx=4096, max_draft=16, baseline=BASE, repack=True)
+    p = plan(PlanRequest(QWEN15, budget, "auto", n_ctx=4096, max_draft=16, baseline=BASE, repack=True))
     assert (p.drafter, p.max_draft, p.n_ctx, p.kv_type) == ("auto", 16, 4096, "f16")
 
 
 def test_a_tight_budget_shortens_the_draft_rather_than_dropping_it():
-    plain = plan(QWEN15, None, "none", n_ctx=4096, baseline=BASE, repack=True)
+    plain = plan(PlanRequest(QWEN15, None, "none", n_ctx=4096, baseline=BASE, repack=True))
     free = predict(QWEN15, ModelConfig(n_ctx=4096, n_batch=64, load="read", prefill=4096, max_outputs=1),
                    "auto", baseline=BASE, repack=True).total
-    p = plan(QWEN15, (free + 3 * 2 * 151936 * 4) / HEADROOM, "auto", n_ctx=4096, max_draft=16, baseline=BASE,
-             repack=True)
+    p = plan(PlanRequest(QWEN15, (free + 3 * 2 * 151936 * 4) / HEADROOM, "auto", n_ctx=4096, max_draft=16, baseline=BASE,
+             repack=True))
     assert p.drafter == "auto" and 1 <= p.max_draft < 16 and p.n_ctx == 4096
     assert plain.minimum < p.footprint.total
 
@@ -175,7 +176,7 @@ QWEN15_GPU = replace(QWEN15, embd_bytes=131_270_000, output_bytes=191_440_000)
 
 
 def test_a_budgeted_plan_reserves_logits_for_its_longest_verification_only():
-    p = plan(QWEN15, 2500 * MB, "lookup", n_ctx=4096, max_draft=8, baseline=BASE, repack=True)
+    p = plan(PlanRequest(QWEN15, 2500 * MB, "lookup", n_ctx=4096, max_draft=8, baseline=BASE, repack=True))
     assert p.n_outputs_max == p.max_draft + 1 == 9
     assert p.backend_options()["n_outputs_max"] == 9  # llama.cpp would reserve n_batch rows otherwise
     assert "n_gpu_layers" not in p.backend_options()  # a CPU plan says nothing about GPUs
@@ -215,19 +216,19 @@ def test_a_measured_gpu_driver_counts_whether_or_not_layers_are_offloaded():
     assert cpu_side.components["gpu_driver"] == 150 * MB
     assert "gpu_driver" not in predict(QWEN15_GPU, ModelConfig(n_ctx=4096, load="read")).components
     gpu = GpuMemory(8 << 30, shares_ram=True, driver=150 * MB)
-    p = plan(QWEN15_GPU, 2500 * MB, "lookup", n_ctx=4096, baseline=BASE, repack=True, gpu=gpu)
+    p = plan(PlanRequest(QWEN15_GPU, 2500 * MB, "lookup", n_ctx=4096, baseline=BASE, repack=True, gpu=gpu))
     assert p.footprint.components["gpu_driver"] == 150 * MB and p.footprint.total <= 2500 * MB * HEADROOM
     assert p.kv_type == "f16"  # a quantized cache's flash-attention pipelines are not in the measurement
-    bigger = plan(QWEN15_GPU, None, "lookup", n_ctx=4096, baseline=BASE, repack=True, gpu=replace(gpu, driver=600 * MB))
+    bigger = plan(PlanRequest(QWEN15_GPU, None, "lookup", n_ctx=4096, baseline=BASE, repack=True, gpu=replace(gpu, driver=600 * MB)))
     assert bigger.minimum - p.minimum == pytest.approx(450 * MB / HEADROOM, abs=2)  # the minimum includes it
 
 
 def test_a_gpu_plan_offloads_what_its_memory_holds_and_says_so_when_not_all():
-    roomy = plan(QWEN15_GPU, None, "lookup", n_ctx=4096, gpu=GpuMemory(8 << 30, shares_ram=True))
+    roomy = plan(PlanRequest(QWEN15_GPU, None, "lookup", n_ctx=4096, gpu=GpuMemory(8 << 30, shares_ram=True)))
     assert roomy.n_gpu_layers == QWEN15_GPU.n_layer + 1
     assert roomy.footprint.components["gpu_weights"] > 0
     small = GpuMemory(1 << 30, shares_ram=False, name="a 1 GiB GPU")
-    p = plan(QWEN15_GPU, 3000 * MB, "lookup", n_ctx=4096, baseline=BASE, repack=True, gpu=small)
+    p = plan(PlanRequest(QWEN15_GPU, 3000 * MB, "lookup", n_ctx=4096, baseline=BASE, repack=True, gpu=small))
     assert 0 < p.n_gpu_layers <= QWEN15_GPU.n_layer
     assert sum(p.footprint.device.values()) <= small.allowance
     assert any("layers on a 1 GiB GPU" in n for n in p.notes)
@@ -246,7 +247,7 @@ def test_a_device_profile_is_planned_with_its_gpu_memory_and_priced_by_its_roofl
     assert p.budget == phone.memory_bytes and p.footprint.total <= phone.memory_bytes * HEADROOM
     assert p.n_gpu_layers == QWEN15_GPU.n_layer + 1 and p.footprint.components["gpu_weights"] > 0
     assert p.notes[0].startswith("PROJECTED for adreno-750") and "not measured" in p.notes[0]
-    here = plan(QWEN15_GPU, phone.memory_bytes, "lookup", baseline=BASE)  # the CPU's default verification slope
+    here = plan(PlanRequest(QWEN15_GPU, phone.memory_bytes, "lookup", baseline=BASE))  # the CPU's default verification slope
     assert p.speedup > here.speedup > 1
     # a smaller share of the phone's memory: a shorter context, the model still all on the GPU
     tight = plan_for_profile(QWEN15_GPU, phone, budget=1500 * MB, drafter="lookup", baseline=BASE)
@@ -265,28 +266,28 @@ def test_measured_drafter_steps_replace_the_weight_size_prior():
     cpu = [0.0, 1.0, 1.8, 2.3, 2.8, 3.3] + [3.3 + 0.5 * n for n in range(1, 13)]
     measured = {"qwen05": 0.39, "qwen05-trim16k": 0.31}  # 52.8 and 41.6 ms against 135 ms (7.41 tok/s)
     assert all(predicted_speedup(d, 16, QWEN15, f, cpu, measured[d]) == 1.0 for d, f in DRAFTERS.items())
-    p = plan(QWEN15, 2500 * MB, "qwen05,qwen05-trim16k", DRAFTERS, baseline=BASE, repack=True, batch_costs=cpu,
-             draft_costs=measured)
+    p = plan(PlanRequest(QWEN15, 2500 * MB, "qwen05,qwen05-trim16k", DRAFTERS, baseline=BASE, repack=True, batch_costs=cpu,
+             draft_costs=measured))
     assert "verification costs measured on this machine; drafter steps measured" in " ".join(p.notes)
     assert f"no draft of {p.drafter} is predicted to pay" in " ".join(p.notes)
     # where verification is nearly free (a GPU), the measured steps decide
     gpu = [0.0] + [1.0 + 0.05 * n for n in range(17)]
     speed = {d: predicted_speedup(d, 16, QWEN15, f, gpu, measured[d]) for d, f in DRAFTERS.items()}
     assert speed["qwen05-trim16k"] < predicted_speedup("qwen05-trim16k", 16, QWEN15, QWEN05_TRIM, gpu)  # dearer
-    p = plan(QWEN15, 2500 * MB, "qwen05,qwen05-trim16k", DRAFTERS, baseline=BASE, repack=True, batch_costs=gpu,
-             draft_costs=measured)
+    p = plan(PlanRequest(QWEN15, 2500 * MB, "qwen05,qwen05-trim16k", DRAFTERS, baseline=BASE, repack=True, batch_costs=gpu,
+             draft_costs=measured))
     assert p.drafter == max(speed, key=speed.get) and p.speedup == pytest.approx(max(speed.values()))
     # priced equally, the full vocabulary wins: it is accepted more often
     same = {"qwen05": 0.35, "qwen05-trim16k": 0.35}
-    assert plan(QWEN15, 2500 * MB, "qwen05,qwen05-trim16k", DRAFTERS, baseline=BASE, repack=True, batch_costs=gpu,
-                draft_costs=same).drafter == "qwen05"
+    assert plan(PlanRequest(QWEN15, 2500 * MB, "qwen05,qwen05-trim16k", DRAFTERS, baseline=BASE, repack=True, batch_costs=gpu,
+                draft_costs=same)).drafter == "qwen05"
 
 
 def test_a_drafters_step_is_kept_per_machine_and_found_by_model_file(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     from edgespec.memory.planner import measured_costs
-    from edgespec.spec import calibration
+    from edgespec.speculative import calibration
 
     monkeypatch.setattr(calibration, "_dir", lambda: tmp_path / "calibration")
     target, drafter = tmp_path / "target.gguf", tmp_path / "drafter.gguf"
@@ -315,7 +316,7 @@ def test_a_pairs_measured_acceptance_replaces_the_prior(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     from edgespec.memory.planner import measured_acceptance, predicted_speedup
-    from edgespec.spec import calibration
+    from edgespec.speculative import calibration
 
     monkeypatch.setattr(calibration, "_dir", lambda: tmp_path / "calibration")
     target, full, trimmed = (tmp_path / f"{n}.gguf" for n in ("target", "full", "trimmed"))
@@ -326,7 +327,7 @@ def test_a_pairs_measured_acceptance_replaces_the_prior(tmp_path, monkeypatch):
     generations = [(full, "model", [60, 53]), (trimmed, "model", [64, 42]), (trimmed, "model", [40, 26]),
                    (trimmed, "model", [10, 2])]  # the last drafted too little to count
     for path, key, counts in generations:
-        calibration.save_acceptance(target, [SimpleNamespace(model_key=key, backend=SimpleNamespace(path=path))],
+        calibration.save_acceptance(target, [SimpleNamespace(kind=Kind(key), backend=SimpleNamespace(path=path))],
                                     {key: counts, "ngram": [99, 0]})
     found = measured_acceptance(target, drafters)
     assert found == {"qwen05": pytest.approx(53 / 60), "qwen05-trim16k": pytest.approx(68 / 104)}
@@ -339,13 +340,13 @@ def test_a_pairs_measured_acceptance_replaces_the_prior(tmp_path, monkeypatch):
     assert predicted_speedup("qwen05-trim16k", 16, QWEN15, QWEN05_TRIM, gpu, steps["qwen05-trim16k"],
                              found["qwen05-trim16k"]) < prior
     choose = "qwen05,qwen05-trim16k"
-    assert plan(QWEN15, 2500 * MB, choose, DRAFTERS, baseline=BASE, repack=True, batch_costs=gpu,
-                draft_costs=steps).drafter == "qwen05-trim16k"  # on priors
-    p = plan(QWEN15, 2500 * MB, choose, DRAFTERS, baseline=BASE, repack=True, batch_costs=gpu, draft_costs=steps,
-             draft_accept=found)
+    assert plan(PlanRequest(QWEN15, 2500 * MB, choose, DRAFTERS, baseline=BASE, repack=True, batch_costs=gpu,
+                draft_costs=steps)).drafter == "qwen05-trim16k"  # on priors
+    p = plan(PlanRequest(QWEN15, 2500 * MB, choose, DRAFTERS, baseline=BASE, repack=True, batch_costs=gpu, draft_costs=steps,
+             draft_accept=found))
     assert p.drafter == "qwen05" and "drafter steps measured; acceptance measured" in " ".join(p.notes)
     # the count follows the files: past the window the older half goes
-    calibration.save_acceptance(target, [SimpleNamespace(model_key="model", backend=SimpleNamespace(path=full))],
+    calibration.save_acceptance(target, [SimpleNamespace(kind=Kind("model"), backend=SimpleNamespace(path=full))],
                                 {"model": [calibration.ACCEPT_WINDOW, 0]})
     n, a = calibration.acceptance(target, full)
     assert n == (60 + calibration.ACCEPT_WINDOW) // 2 and a == 53 // 2  # the rate a blend of old and new
@@ -362,12 +363,12 @@ def test_a_drafter_that_fits_only_trimmed_is_planned_trimmed_with_the_most_token
     assert t.n_vocab == 16384 and t.embd_bytes == round(111_000_000 * 16384 / 151936)
     assert q05.tensor_bytes - t.tensor_bytes == q05.embd_bytes - t.embd_bytes
     # without a budget, or where the drafter fits as it is, nothing is trimmed
-    assert plan(QWEN15, None, "qwen05", q05, baseline=BASE, repack=True, trims=trims).drafter == "qwen05"
-    assert plan(QWEN15, 3000 * MB, "qwen05", q05, baseline=BASE, repack=True, trims=trims).drafter == "qwen05"
+    assert plan(PlanRequest(QWEN15, None, "qwen05", q05, baseline=BASE, repack=True, trims=trims)).drafter == "qwen05"
+    assert plan(PlanRequest(QWEN15, 3000 * MB, "qwen05", q05, baseline=BASE, repack=True, trims=trims)).drafter == "qwen05"
     budget, chosen = 3000 * MB, []
     while not chosen or chosen[-1] != "auto":
         budget -= 2 * MB
-        p = plan(QWEN15, budget, "qwen05", q05, baseline=BASE, repack=True, trims=trims)
+        p = plan(PlanRequest(QWEN15, budget, "qwen05", q05, baseline=BASE, repack=True, trims=trims))
         assert p.footprint.total <= budget and p.n_ctx == 4096
         if p.drafter != "qwen05" and (not chosen or chosen[-1] != p.drafter):
             chosen.append(p.drafter)

@@ -28,10 +28,10 @@ import os
 import numpy as np
 import pytest
 
-from conftest import always_draft
+from helpers import always_draft
 from edgespec.drafters import make_drafter
 from edgespec.runtimes.llamacpp import LlamaCppBackend
-from edgespec.spec.engine import Engine
+from edgespec.speculative.engine import Engine
 from prompts import PROMPTS
 
 pytestmark = pytest.mark.real_model

@@ -7,7 +7,7 @@ import pytest
 from edgespec.bench.oracle import lookup_oracle_time
 from edgespec.bench.replay import replay
 from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
-from edgespec.spec.engine import Engine
+from edgespec.speculative.engine import Engine
 from prompts import PROMPTS
 
 
@@ -51,7 +51,7 @@ def test_a_replay_on_a_machine_that_timed_nothing_learns_the_curve_from_its_own_
     without that trying, no size above one token would ever be measured, so none is drafted."""
     from unittest.mock import patch
 
-    from edgespec.spec.controller import DraftController
+    from edgespec.speculative.controller import DraftController
 
     tokenizer, runs = recorded
     costs = np.array([0.0] + [1.0 + 0.3 * (n - 1) for n in range(1, 18)])

@@ -7,11 +7,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from conftest import always_draft
+from helpers import always_draft
 from edgespec.drafters import CrossVocabDrafter, ModelDrafter
 from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
-from edgespec.spec.engine import Engine
-from edgespec.spec.verifier import SamplingParams, target_probs
+from edgespec.speculative.engine import Engine
+from edgespec.speculative.verifier import SamplingParams, target_probs
 from merged_vocab import MergedVocabBackend
 
 PARAMS = dict(temperature=1.0, top_k=3)

@@ -1,4 +1,4 @@
-"""`edgespec bench --uag`: transformers' universal assisted generation (a drafter with
+"""`edgespec bench --peers hf`: transformers' universal assisted generation (a drafter with
 another tokenizer) runs on the same GGUF files and prompt ids, beside edgespec's rows."""
 
 import json
@@ -14,7 +14,7 @@ def test_bench_runs_transformers_universal_assisted_generation_beside_ours(tmp_p
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"category": "code", "prompt": 'def fibonacci(n):\n    """Return F(n)."""\n'}) + "\n")
     out = tmp_path / "uag.json"
-    r = edgespec("bench", "-m", XVOCAB_TARGET, "--drafters", XVOCAB_DRAFTER, "--uag", "--no-peer", "-n", "16",
+    r = edgespec("bench", "-m", XVOCAB_TARGET, "--drafters", XVOCAB_DRAFTER, "--peers", "hf", "-n", "16",
                  "--prompts", str(prompts), "--ctx", "512", "--json", str(out))
     assert r.returncode == 0, r.stderr
     rows = {(x["drafter"], x["category"]): x for x in json.loads(out.read_text())["rows"]}
@@ -32,5 +32,5 @@ def test_bench_runs_transformers_universal_assisted_generation_beside_ours(tmp_p
 def test_uag_without_a_model_drafter_is_refused_in_one_line():
     from helpers import assert_one_line_error
 
-    assert_one_line_error(edgespec("bench", "-m", "smollm2-135m", "--drafters", "lookup", "--uag"),
-                          "--uag runs transformers' assisted generation with a model drafter")
+    assert_one_line_error(edgespec("bench", "-m", "smollm2-135m", "--drafters", "lookup", "--peers", "hf"),
+                          "--peers hf runs transformers' assisted generation with a model drafter")

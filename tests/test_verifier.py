@@ -4,7 +4,7 @@ the target's distribution whatever the draft."""
 import numpy as np
 import pytest
 
-from edgespec.spec.verifier import SamplingParams, sample, target_probs, verify_greedy, verify_sampling
+from edgespec.speculative.verifier import SamplingParams, sample, target_probs, verify_greedy, verify_sampling
 
 # chi-square critical value for 5 degrees of freedom at significance 0.001
 CHI2_DF5_999 = 20.515

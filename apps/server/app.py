@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
@@ -50,146 +50,182 @@ class Limits:
 
 # -- the application -----------------------------------------------------------
 
+@dataclass
+class Served:
+    """What the routes serve from (the app's `state.served`): the model, its worker threads
+    and the server's limits."""
+
+    llm: EdgeSpec
+    model_id: str
+    limits: Limits
+    api_key: str | None
+    worker: ModelWorker
+    prompts: PromptWorker
+    requests: Counter  # responses by status, for /metrics
+    created: int
+
+
+def served(request: Request) -> Served:
+    return request.app.state.served
+
+
+def authorize(request: Request) -> None:
+    """With an API key, every /v1 request must carry it (OpenAI's Bearer header)."""
+    api_key = served(request).api_key
+    if api_key is None:
+        return
+    given = request.headers.get("authorization", "")
+    if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+        raise ApiError(401, "a valid API key is required (Authorization: Bearer KEY)", code="invalid_api_key")
+
+
+status = APIRouter()  # answers whoever may reach the server: the local-only guard still applies
+v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorize)])
+
+
 def create_app(llm: EdgeSpec, model_id: str, limits: Limits | None = None, api_key: str | None = None,
                cors_origins: list[str] | None = None, allowed_hosts: set[str] = frozenset()) -> FastAPI:
     """The server's ASGI app; `uvicorn.run(create_app(llm, "name"))` serves it.
     Without `api_key`, only Host headers naming loopback or `allowed_hosts` are served."""
     limits = limits or Limits()
-    worker = ModelWorker(llm, limits.max_queue)
-    prompts = PromptWorker(limits.max_queue)
-    created = int(time.time())
+    state = Served(llm, model_id, limits, api_key, ModelWorker(llm, limits.max_queue), PromptWorker(limits.max_queue),
+                   Counter(), int(time.time()))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
-        worker.stop()
-        prompts.stop()
+        state.worker.stop()
+        state.prompts.stop()
 
     app = FastAPI(title="edgespec", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
-    app.state.worker = worker
+    app.state.served = state
     if api_key is None:
         app.add_middleware(LocalOnly, hosts=set(allowed_hosts))
     if cors_origins:  # closed unless asked: a web page must not drive a local model by default
         app.add_middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
-    requests: Counter = Counter()
-    app.add_middleware(StatusCounter, counts=requests)  # added last: outermost, so refusals count too
-
-    @app.exception_handler(ApiError)
-    async def _api_error(request: Request, e: ApiError) -> JSONResponse:
-        return e.response()
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
-        return ApiError(e.status_code, str(e.detail), code="not_found" if e.status_code == 404 else None).response()
-
-    def authorize(request: Request) -> None:
-        if api_key is None:
-            return
-        given = request.headers.get("authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
-            raise ApiError(401, "a valid API key is required (Authorization: Bearer KEY)", code="invalid_api_key")
-
-    @app.get("/health")
-    async def health() -> dict:
-        return {"status": "ok", "busy": worker.running is not None, "queued": worker.jobs.qsize(), **worker.counts}
-
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(render_metrics(requests, worker, prompts.waiting), media_type="text/plain; version=0.0.4")
-
-    @app.get("/v1/models")
-    async def models(request: Request) -> dict:
-        authorize(request)
-        return {"object": "list", "data": [_model_card(model_id, created, llm)]}
-
-    @app.get("/v1/models/{name:path}")
-    async def model(name: str, request: Request) -> dict:
-        authorize(request)
-        if name != model_id:
-            raise ApiError(404, f"the model {name!r} does not exist; this server has {model_id!r}",
-                           param="model", code="model_not_found")
-        return _model_card(model_id, created, llm)
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        authorize(request)
-        req = await prompts.run(parse, ChatRequest, await _read_body(request, limits))
-        check_common(req, model_id)
-        messages = [{"role": "system" if m.role == "developer" else m.role, "content": message_text(m, i)}
-                    for i, m in enumerate(req.messages)]
-        ids = await prompts.run(llm.chat_ids, messages, param="messages")
-        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-        return await _run(request, req, ids, max_tokens, chat=True)
-
-    @app.post("/v1/completions")
-    async def completions(request: Request) -> Response:
-        authorize(request)
-        req = await prompts.run(parse, CompletionRequest, await _read_body(request, limits))
-        check_common(req, model_id)
-        if req.echo:
-            raise ApiError(400, "echo is not supported", param="echo", code="unsupported_parameter")
-        prompt = req.prompt
-        if isinstance(prompt, list) and prompt and all(isinstance(p, int) for p in prompt):
-            if any(not 0 <= t < llm.tokenizer.n_vocab for t in prompt):
-                raise ApiError(400, "a prompt token id is outside the vocabulary", param="prompt")
-            ids = list(prompt)
-        else:
-            if isinstance(prompt, list):
-                if len(prompt) != 1:
-                    raise ApiError(400, "one prompt per request (n=1)", param="prompt")
-                prompt = prompt[0]
-            if not prompt:
-                raise ApiError(400, "the prompt is empty", param="prompt")
-            ids = await prompts.run(llm.tokenize, prompt, param="prompt")
-        return await _run(request, req, ids, req.max_tokens, chat=False)
-
-    async def _run(request: Request, req: SamplingFields, ids: list[int], max_tokens: int | None, chat: bool) -> Response:
-        n_ctx = llm.backend.n_ctx
-        if len(ids) >= n_ctx:
-            raise ApiError(400, f"the prompt is {len(ids)} tokens; the context holds {n_ctx}",
-                           param="messages" if chat else "prompt", code="context_length_exceeded")
-        if max_tokens is None:
-            max_tokens = min(limits.max_tokens, n_ctx - len(ids))
-        elif not 1 <= max_tokens <= limits.max_tokens:
-            raise ApiError(400, f"max_tokens must be between 1 and {limits.max_tokens}, not {max_tokens}",
-                           param="max_tokens", code="invalid_value")
-        stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-        options = dict(max_tokens=max_tokens, temperature=1.0 if req.temperature is None else req.temperature,
-                       top_p=1.0 if req.top_p is None else req.top_p, top_k=req.top_k or 0,
-                       seed=None if req.seed == -1 else req.seed, stop=stop)
-        job = Job(ids, options, req.cache_prompt, asyncio.get_running_loop())
-        worker.submit(job)
-        if limits.timeout_s:
-            job.loop.call_later(limits.timeout_s, job.expire)
-        reply = Reply(model_id, chat, len(ids))
-        if req.stream:
-            include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return _JobStream(_sse(job, reply, include_usage, limits), job, media_type="text/event-stream",
-                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        watcher = asyncio.create_task(_cancel_on_disconnect(request, job))
-        try:
-            pieces: list[str] = []
-            while True:
-                kind, value = await job.events.get()
-                if kind == "piece":
-                    pieces.append(value)
-                elif kind == "error":
-                    raise value
-                elif job.timed_out:
-                    raise _timed_out(limits)
-                else:
-                    return JSONResponse(reply.whole("".join(pieces), value))
-        finally:
-            watcher.cancel()
-            job.cancel.set()  # no-op once done; stops the model if this handler is cancelled
-
+    app.add_middleware(StatusCounter, counts=state.requests)  # added last: outermost, so refusals count too
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.include_router(status)
+    app.include_router(v1)
     return app
 
 
-def _model_card(model_id: str, created: int, llm: EdgeSpec) -> dict:
-    return {"id": model_id, "object": "model", "created": created, "owned_by": "edgespec",
-            "meta": {"n_ctx": llm.backend.n_ctx, "n_vocab": llm.tokenizer.n_vocab, "drafter": llm.drafter_name}}
+async def _api_error(request: Request, e: ApiError) -> JSONResponse:
+    return e.response()
+
+
+async def _http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
+    return ApiError(e.status_code, str(e.detail), code="not_found" if e.status_code == 404 else None).response()
+
+
+@status.get("/health")
+async def health(s: Served = Depends(served)) -> dict:
+    return {"status": "ok", "busy": s.worker.running is not None, "queued": s.worker.jobs.qsize(), **s.worker.counts}
+
+
+@status.get("/metrics")
+async def metrics(s: Served = Depends(served)) -> Response:
+    return Response(render_metrics(s.requests, s.worker, s.prompts.waiting), media_type="text/plain; version=0.0.4")
+
+
+@v1.get("/models")
+async def models(s: Served = Depends(served)) -> dict:
+    return {"object": "list", "data": [_model_card(s)]}
+
+
+@v1.get("/models/{name:path}")
+async def model(name: str, s: Served = Depends(served)) -> dict:
+    if name != s.model_id:
+        raise ApiError(404, f"the model {name!r} does not exist; this server has {s.model_id!r}",
+                       param="model", code="model_not_found")
+    return _model_card(s)
+
+
+@v1.post("/chat/completions")
+async def chat_completions(request: Request, s: Served = Depends(served)) -> Response:
+    req = await s.prompts.run(parse, ChatRequest, await _read_body(request, s.limits))
+    check_common(req, s.model_id)
+    messages = [{"role": "system" if m.role == "developer" else m.role, "content": message_text(m, i)}
+                for i, m in enumerate(req.messages)]
+    ids = await s.prompts.run(s.llm.chat_ids, messages, param="messages")
+    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    return await _answer(request, s, req, ids, max_tokens, chat=True)
+
+
+@v1.post("/completions")
+async def completions(request: Request, s: Served = Depends(served)) -> Response:
+    req = await s.prompts.run(parse, CompletionRequest, await _read_body(request, s.limits))
+    check_common(req, s.model_id)
+    if req.echo:
+        raise ApiError(400, "echo is not supported", param="echo", code="unsupported_parameter")
+    prompt = req.prompt
+    if isinstance(prompt, list) and prompt and all(isinstance(p, int) for p in prompt):
+        if any(not 0 <= t < s.llm.tokenizer.n_vocab for t in prompt):
+            raise ApiError(400, "a prompt token id is outside the vocabulary", param="prompt")
+        ids = list(prompt)
+    else:
+        if isinstance(prompt, list):
+            if len(prompt) != 1:
+                raise ApiError(400, "one prompt per request (n=1)", param="prompt")
+            prompt = prompt[0]
+        if not prompt:
+            raise ApiError(400, "the prompt is empty", param="prompt")
+        ids = await s.prompts.run(s.llm.tokenize, prompt, param="prompt")
+    return await _answer(request, s, req, ids, req.max_tokens, chat=False)
+
+
+async def _answer(request: Request, s: Served, req: SamplingFields, ids: list[int], max_tokens: int | None,
+                  chat: bool) -> Response:
+    """Queue the generation; stream its pieces as server-sent events, or answer once it ends."""
+    job = Job(ids, _options(s, req, ids, max_tokens, chat), req.cache_prompt, asyncio.get_running_loop())
+    s.worker.submit(job)
+    if s.limits.timeout_s:
+        job.loop.call_later(s.limits.timeout_s, job.expire)
+    reply = Reply(s.model_id, chat, len(ids))
+    if req.stream:
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        return _JobStream(_sse(job, reply, include_usage, s.limits), job, media_type="text/event-stream",
+                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    watcher = asyncio.create_task(_cancel_on_disconnect(request, job))
+    try:
+        pieces: list[str] = []
+        while True:
+            kind, value = await job.events.get()
+            if kind == "piece":
+                pieces.append(value)
+            elif kind == "error":
+                raise value
+            elif job.timed_out:
+                raise _timed_out(s.limits)
+            else:
+                return JSONResponse(reply.whole("".join(pieces), value))
+    finally:
+        watcher.cancel()
+        job.cancel.set()  # no-op once done; stops the model if this handler is cancelled
+
+
+def _options(s: Served, req: SamplingFields, ids: list[int], max_tokens: int | None, chat: bool) -> dict:
+    """The generation's options from the request, within the context and the server's limits."""
+    n_ctx, limit = s.llm.backend.n_ctx, s.limits.max_tokens
+    if len(ids) >= n_ctx:
+        raise ApiError(400, f"the prompt is {len(ids)} tokens; the context holds {n_ctx}",
+                       param="messages" if chat else "prompt", code="context_length_exceeded")
+    if max_tokens is None:
+        max_tokens = min(limit, n_ctx - len(ids))
+    elif not 1 <= max_tokens <= limit:
+        raise ApiError(400, f"max_tokens must be between 1 and {limit}, not {max_tokens}",
+                       param="max_tokens", code="invalid_value")
+    stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    return dict(max_tokens=max_tokens, temperature=1.0 if req.temperature is None else req.temperature,
+                top_p=1.0 if req.top_p is None else req.top_p, top_k=req.top_k or 0,
+                seed=None if req.seed == -1 else req.seed, stop=stop)
+
+
+def _model_card(s: Served) -> dict:
+    return {"id": s.model_id, "object": "model", "created": s.created, "owned_by": "edgespec",
+            "meta": {"n_ctx": s.llm.backend.n_ctx, "n_vocab": s.llm.tokenizer.n_vocab, "drafter": s.llm.drafter_name}}
 
 
 async def _read_body(request: Request, limits: Limits) -> bytes:

@@ -12,7 +12,7 @@ from typing import Any, Literal, Optional, Union
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from edgespec.api import Completion
+from edgespec import Completion
 
 
 class ApiError(Exception):

@@ -35,10 +35,10 @@ from edgespec.drafters.lookup import CopyBreaks, PromptLookupDrafter
 from edgespec.errors import EdgespecError
 from edgespec.models.store import resolve
 from edgespec.runtimes import open_backend
-from edgespec.spec.backend import Tokenizer
-from edgespec.spec.controller import DRAFT_MARGIN, AcceptanceModel, DraftController
-from edgespec.spec.drafter import Draft
-from edgespec.spec.engine import Engine
+from edgespec.speculative.backend import Tokenizer
+from edgespec.speculative.controller import DRAFT_MARGIN, AcceptanceModel, DraftController
+from edgespec.speculative.drafter import Draft
+from edgespec.speculative.engine import Engine
 
 DRAFTER = "lookup"
 MAX_DRAFT = 16
@@ -54,17 +54,15 @@ def _without_hindsight() -> AbstractContextManager:
     return patch.object(Engine, "_begin_drafter", begin_without)
 
 
-def _keys_without(*tags: str) -> Callable[[], AbstractContextManager]:
+def _kinds_without(*tags: str) -> Callable[[], AbstractContextManager]:
     """Lookup's proposals as they are, their kinds no longer split by `tags`."""
     def taken_out() -> AbstractContextManager:
         propose = PromptLookupDrafter.propose
 
         def merged(self, history, k):
             d = propose(self, history, k)
-            key = d.key
-            for t in tags:
-                key = key.replace(t, "")
-            return d if key == d.key else Draft(d.tokens, key, d.probs)
+            kind = d.kind.without(*tags)
+            return d if kind == d.kind else Draft(d.tokens, kind, d.probs)
 
         return patch.object(PromptLookupDrafter, "propose", merged)
     return taken_out
@@ -77,13 +75,13 @@ RULES: dict[str, tuple[str, Callable[[], AbstractContextManager]]] = {
     "evidence per prompt": ("each prompt's acceptance starts from the long-run rate",
                             lambda: patch.object(AcceptanceModel, "new_context", lambda self: None)),
     "draft margin": (f"a draft must be predicted to beat plain decoding by {DRAFT_MARGIN:.0%}",
-                     lambda: patch("edgespec.spec.controller.DRAFT_MARGIN", 0.0)),
+                     lambda: patch("edgespec.speculative.controller.DRAFT_MARGIN", 0.0)),
     "end cut": ("a draft ends at its first end-of-generation token",
-                lambda: patch("edgespec.spec.engine.through_end", lambda tokens, is_eog: len(tokens))),
+                lambda: patch.object(Draft, "through_end", lambda self, is_eog: self)),
     "copy breaks": ("a copy stops before a token where this prompt's copies kept breaking",
                     lambda: patch.object(CopyBreaks, "safe_length", lambda self, copy: len(copy))),
-    "prompt key": ("copies from the prompt learned apart (`/p`)", _keys_without("/p")),
-    "match keys": ("ambiguous and continued matches learned apart (`/a`, `/c`)", _keys_without("/a", "/c")),
+    "prompt key": ("copies from the prompt learned apart (`/p`)", _kinds_without("p")),
+    "match keys": ("ambiguous and continued matches learned apart (`/a`, `/c`)", _kinds_without("a", "c")),
     "unmeasured sizes tried": ("a batch size not timed yet is tried where it would pay at the cheapest rows",
                                lambda: patch.object(DraftController, "_size_to_learn", lambda self, *a: 0)),
 }

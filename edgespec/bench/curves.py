@@ -32,8 +32,8 @@ from edgespec.errors import EdgespecError
 from edgespec.models.store import resolve
 from edgespec.runtimes import open_backend
 from edgespec.runtimes.llamacpp import SMALL_BATCH_SWITCH, llama_cpp_kernels_only, small_batch_kernels
-from edgespec.spec.controller import prior_units
-from edgespec.spec.cpu_load import OtherLoad
+from edgespec.speculative.controller import prior_units
+from edgespec.speculative.cpu_load import OtherLoad
 
 
 class _Timed(Protocol):

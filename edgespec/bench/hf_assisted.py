@@ -1,4 +1,4 @@
-"""transformers' own generation as a peer in `edgespec bench --uag`: plain greedy, and
+"""transformers' own generation as a peer in `edgespec bench --peers hf`: plain greedy, and
 universal assisted generation (UAG: `assistant_model` with `assistant_tokenizer`), the
 cross-tokenizer speculation of Hugging Face's `AssistedCandidateGeneratorDifferentTokenizers`.
 
@@ -19,7 +19,7 @@ from edgespec.bench.common import Run
 from edgespec.errors import EdgespecError
 from edgespec.export.source import ExportError, Source, load_model
 from edgespec.models.gguf_check import check_gguf, read_gguf
-from edgespec.spec.backend import Tokenizer
+from edgespec.speculative.backend import Tokenizer
 
 
 def _load(path: Path):
@@ -27,7 +27,7 @@ def _load(path: Path):
     (transformers' GGUF conversion turns BOS on for SmolLM2 whatever the file says, and UAG
     re-tokenizes text for the drafter with its tokenizer's special tokens)."""
     if path.suffix.lower() != ".gguf":
-        raise EdgespecError(f"--uag loads GGUF files in transformers; {path} is not one")
+        raise EdgespecError(f"--peers hf loads GGUF files in transformers; {path} is not one")
     try:
         model, tok = load_model(Source(path, "gguf", check_gguf(path).architecture))
     except ExportError as e:

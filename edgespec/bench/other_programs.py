@@ -26,7 +26,7 @@ from edgespec.api import EdgeSpec
 from edgespec.bench.common import encode_prompt, load_prompts
 from edgespec.bench.record import OTHER_PROGRAMS, emit, record
 from edgespec.errors import EdgespecError
-from edgespec.spec.cpu_load import OtherLoad
+from edgespec.speculative.cpu_load import OtherLoad
 
 SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)
 BUSY = """

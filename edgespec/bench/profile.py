@@ -28,7 +28,7 @@ from edgespec.bench.record import SWEEP_COLUMNS, rows_of, sweep_cells
 from edgespec.errors import EdgespecError
 from edgespec.memory.footprint import fmt_bytes, peak_rss, process_rss
 from edgespec.runtimes.gpu.devices import place
-from edgespec.spec.engine import Engine
+from edgespec.speculative.engine import Engine
 
 WEIGHTS = ("weights_resident", "vocab", "kv_cache", "runtime", "gpu_weights", "gpu_kv_cache")  # resident once loaded
 RUNNING = ("compute", "logits", "tables", "gpu_compute", "gpu_driver")  # touched while generating

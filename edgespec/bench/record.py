@@ -130,7 +130,7 @@ def sweep_cells(results: list[dict], plain: int | None = None) -> list[list[str]
     return rows
 
 
-SERVER = "server"  # a record of `python -m edgespec.apps.server_bench`
+SERVER = "server"  # a record of `python3 -m edgespec.bench.server`
 
 
 def server_speeds(rows: list[dict]) -> tuple[float, float]:

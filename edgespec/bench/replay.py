@@ -25,23 +25,24 @@ import numpy as np
 
 from edgespec.api import EdgeSpec
 from edgespec.errors import EdgespecError
-from edgespec.spec.backend import Backend, Tokenizer
+from edgespec.speculative.backend import Backend, Tokenizer
+from edgespec.speculative.clock import Clock
 
 REPLAYABLE = ("lookup", "ngram")  # drafters that see only the text
 
 
-class ReplayBackend(Backend):
+class ReplayBackend(Backend, Clock):
     """A target that writes a recorded greedy text: the logits after position i put
-    all weight on the recorded token i + 1. `simulated_seconds` prices a batch from
+    all weight on the recorded token i + 1. As its engine's clock it prices a batch from
     `costs[n]` (seconds for n tokens), so the controller plans from those costs; with
-    `curve_known` False it is not told them up front, and learns each size from the
-    batches it runs, as on a machine that has timed nothing yet."""
+    `curve_known` False they are not known up front, and the engine learns each size from
+    the batches it runs, as on a machine that has timed nothing yet."""
 
     name = "replay"
 
     def __init__(self, tokenizer: Tokenizer, costs: np.ndarray, n_ctx: int, curve_known: bool = True) -> None:
         self.tokenizer, self.costs, self.n_ctx = tokenizer, np.asarray(costs, dtype=float), n_ctx
-        self.curve_known = curve_known
+        self.known = curve_known
         self.text: list[int] = []
         self.charged: list[float] = []  # seconds per eval, in order
         self._n = 0
@@ -61,7 +62,7 @@ class ReplayBackend(Backend):
         end = self.tokenizer.eos_id if self.tokenizer.eos_id is not None else 0
         for row, pos in enumerate(range(self._n + n - n_logits, self._n + n)):
             out[row, self.text[pos + 1] if pos + 1 < len(self.text) else end] = 1.0
-        self.charged.append(self.simulated_seconds(n, self._n))
+        self.charged.append(self.seconds(n, self._n))
         self._n += n
         return out
 
@@ -72,12 +73,7 @@ class ReplayBackend(Backend):
     def memory(self) -> dict[str, int]:
         return {}
 
-    @property
-    def simulated(self) -> bool:
-        """Costs known up front only with `curve_known`; else the engine learns what each batch is charged."""
-        return self.curve_known
-
-    def simulated_seconds(self, n: int, n_past: int) -> float:
+    def seconds(self, n: int, n_past: int) -> float:
         top = len(self.costs) - 1
         if n <= top:
             return float(self.costs[n])
@@ -105,7 +101,7 @@ def replay(tokenizer: Tokenizer, runs: Sequence[tuple[str, Sequence[int], Sequen
     Returns per category and "all": [plain seconds, replayed seconds, drafted, accepted],
     decode only (after the first token, which comes with the prompt)."""
     backend = ReplayBackend(tokenizer, costs, max(len(p) + len(o) for _, p, o in runs) + max_draft + 2, curve_known)
-    llm = EdgeSpec(backend, drafter=drafter, max_draft=max_draft)
+    llm = EdgeSpec(backend, drafter=drafter, max_draft=max_draft, clock=backend)
     llm.engine.controller.min_k = min_k
     if seed:
         llm.engine.controller.acceptance.seed(seed)

@@ -38,13 +38,15 @@ from edgespec.models.export_check import read_manifest
 from edgespec.models.store import model_file, resolve
 from edgespec.runtimes import open_backend
 from edgespec.runtimes.llamacpp import small_batch_kernels
-from edgespec.spec import calibration
-from edgespec.spec.cpu_load import OtherLoad, contends
-from edgespec.spec.verifier import SamplingParams
+from edgespec.speculative import calibration
+from edgespec.speculative.cpu_load import OtherLoad, contends
+from edgespec.speculative.verifier import SamplingParams
 
 PLAIN = "plain"
 LCP = "llama-cpp-python"
 PEER = "llama-cpp-python-lookup"
+LLAMA_SERVER, HF = "llama-server", "hf"
+PEERS = (LCP, LLAMA_SERVER, HF)  # what --peers names: llama-cpp-python's own Llama, llama.cpp's server, transformers
 
 
 class _Peer:
@@ -125,26 +127,27 @@ def run_bench(*args, **kwargs) -> list[dict]:
 
 def _run_bench(
     model: str, prompts: list[dict], drafters: list[str], max_tokens: int, ctx: int,
-    threads: int | None, max_draft: int, peer: bool, console: Console, onnx: str | None = None,
-    devices: list[str] | None = None, uag: bool = False, draft_min: int = 0,
-    params: SamplingParams = SamplingParams(), peers: Sequence[str] = (), servers: list | None = None,
-    workers: list | None = None,
+    threads: int | None, max_draft: int, console: Console, onnx: str | None = None,
+    devices: list[str] | None = None, draft_min: int = 0, params: SamplingParams = SamplingParams(),
+    peers: Sequence[str] = (LCP,), servers: list | None = None, workers: list | None = None,
 ) -> list[dict]:
     """`onnx`: ONNX exports of the same model, comma-separated; their rows (`onnx:plain`,
     `onnx:<drafter>`; `onnx-int4:plain`, ... for several) run the same prompts on ONNX
     Runtime, side by side with llama.cpp's. `devices`
     beyond the first (the CPU): the same model on llama.cpp's GPU, rows `gpu:plain`,
-    `gpu:<drafter>` (plain there is edgespec's engine without a drafter). `uag`:
-    transformers' plain greedy and its universal assisted generation with each model
-    drafter (hf_assisted.py), rows `hf:plain` and `hf:uag:<drafter>`. `draft_min`: edgespec's
+    `gpu:<drafter>` (plain there is edgespec's engine without a drafter). `draft_min`: edgespec's
     drafters verify at least that many tokens a step (DraftController.min_k). `params`: every
     row decodes with these (sampling: outputs are not compared with plain's, and model
-    drafters sample their drafts). `peers`: "llama-server" adds llama.cpp's server, plain and
+    drafters sample their drafts). `peers` (PEERS): "llama-cpp-python" adds that library's own
+    generation, plain and with its prompt lookup; "llama-server" llama.cpp's server, plain and
     with each of its speculation types (and each same-vocabulary model drafter as `-md`),
-    rows `llama-server`, `llama-server:ngram-mod`, ... compared with llama-server's plain."""
+    rows `llama-server`, `llama-server:ngram-mod`, ... compared with llama-server's plain;
+    "hf" transformers' plain greedy and its universal assisted generation with each model
+    drafter (hf_assisted.py), rows `hf:plain` and `hf:uag:<drafter>`."""
     from edgespec.runtimes.llamacpp import default_threads, init_backend
 
-    drafter_paths = _checked(drafters, peers, params, uag)
+    drafter_paths = _checked(drafters, peers, params)
+    peer = LCP in peers
     models = {_label(d.removeprefix(HYBRID)): d for d in drafters if uses_model(d)}  # their label: a drafter
     threads = threads or default_threads()
     path = resolve(model)
@@ -156,12 +159,12 @@ def _run_bench(
     setup = _Setup(drafters, ctx, threads, max_draft, draft_min, params, workers if workers is not None else [])
     with console.status(f"loading {model} for {1 + len(drafters) + 2 * peer} methods, each in a process of its own…"):
         host, es, methods = setup.on_cpu(path, model, peer, onnx)
-    if peers:
+    if LLAMA_SERVER in peers:
         same_vocab = {label: model_file(drafter_paths[d]) for label, d in models.items()
                       if es[d].info["drafter_vocab"] == host.tokenizer.n_vocab}
         methods.update(_start_servers(model_file(path), same_vocab, ctx, threads, host.backend.flash_attn,
                                       host.tokenizer.is_eog, servers, console))
-    if uag:
+    if HF in peers:
         methods.update(_hf_rows(prompts, host, models, drafter_paths, path, threads, console))
     encoded = _encoded(prompts, host, max_tokens, ctx)
     warm = encoded[0][1][:32]
@@ -260,23 +263,25 @@ class _Setup:
         return {name: g.run for name, g in rows.items()}
 
 
-def _checked(drafters: list[str], peers: Sequence[str], params: SamplingParams, uag: bool) -> dict[str, Path | None]:
+def _checked(drafters: list[str], peers: Sequence[str], params: SamplingParams) -> dict[str, Path | None]:
     """Each drafter's model path (None for a model-free one); arguments the bench cannot run are refused
     before anything loads."""
     if "none" in drafters:
         raise EdgespecError("plain decoding is always in the bench; 'none' is not a drafter")
     drafter_paths = {d: check_drafter(d) for d in drafters}
-    unknown = [p for p in peers if p != "llama-server"]
+    unknown = [p for p in peers if p not in PEERS]
     if unknown:
-        raise EdgespecError(f"unknown peer {unknown[0]!r}: the bench knows llama-server")
-    if peers and not params.greedy:
-        raise EdgespecError("--peers runs greedy decoding only (no --temperature)")
-    if uag:
+        raise EdgespecError(f"unknown peer {unknown[0]!r}: the bench knows {', '.join(PEERS)}")
+    if (LLAMA_SERVER in peers or HF in peers) and not params.greedy:
+        raise EdgespecError("--peers llama-server and hf run greedy decoding only (no --temperature)")
+    if HF in peers:
         if not any(uses_model(d) for d in drafters):
-            raise EdgespecError("--uag runs transformers' assisted generation with a model drafter: name one in --drafters")
+            raise EdgespecError("--peers hf runs transformers' assisted generation with a model drafter: "
+                                "name one in --drafters")
         missing = [m for m in ("torch", "transformers") if find_spec(m) is None]
         if missing:
-            raise EdgespecError(f"--uag needs the export extras ({missing[0]} is missing): pip install 'edgespec[export]'")
+            raise EdgespecError(f"--peers hf needs the export extras ({missing[0]} is missing): "
+                                "pip install 'edgespec[export]'")
     return drafter_paths
 
 

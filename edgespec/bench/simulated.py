@@ -42,7 +42,7 @@ def simulate(path: Path, rows: list[dict], drafters: list[str], max_tokens: int,
         n_ctx, k = (limits or {}).get(d, (ctx, max_draft))
         clock = BoardClock(open_backend(path, n_ctx=n_ctx, threads=threads), cost)
         # the clock reports the simulated time of every batch: the controller plans from it
-        llm = EdgeSpec(clock, drafter=d, n_ctx=n_ctx, threads=threads, max_draft=k)
+        llm = EdgeSpec(clock, drafter=d, n_ctx=n_ctx, threads=threads, max_draft=k, clock=clock)
         methods["plain" if d == "none" else d] = (llm, clock)
     totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0, 0])
     try:

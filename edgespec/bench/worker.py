@@ -21,7 +21,8 @@ from typing import Any, Callable, Iterator
 from edgespec.bench.common import Run, timed
 from edgespec.errors import EdgespecError
 from edgespec.runtimes.llamacpp import llama_cpp_kernels_only
-from edgespec.spec.verifier import SamplingParams
+from edgespec.speculative.drafter import drafter_backends, model_costs
+from edgespec.speculative.verifier import SamplingParams
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,6 @@ class EdgespecMethod:
         self.params = spec.params
 
     def info(self) -> dict[str, Any]:
-        from edgespec.spec.drafter import drafter_backends
-
         b = self.llm.backend
         drafters = drafter_backends(self.llm.drafter)
         return {"n_vocab": b.tokenizer.n_vocab, "device": b.device, "notice": b.notice,
@@ -67,11 +66,11 @@ class EdgespecMethod:
 
     def run(self, ids: list[int], max_tokens: int) -> Run:
         self.llm.reset()
-        d = self.llm.drafter
-        before = (d.steps, d.step_s) if d is not None else (0, 0.0)
+        models = model_costs(self.llm.drafter)
+        before = (sum(c.steps for c in models), sum(c.step_s for c in models))
         toks, dt = timed(self.llm.engine.generate(ids, max_tokens, self.params))
         st = self.llm.last_stats
-        after = (d.steps, d.step_s) if d is not None else (0, 0.0)
+        after = (sum(c.steps for c in models), sum(c.step_s for c in models))
         return Run(toks, dt, st.drafted, st.accepted, st.overhead_ms_per_token, st.steps,
                    list(zip(st.position_tried, st.position_accepted)), after[0] - before[0],
                    after[1] - before[1], {k: list(v) for k, v in st.by_key.items()})

@@ -12,13 +12,13 @@ import typer
 from edgespec.bench.common import load_prompts
 from edgespec.bench.fpga import print_fpga_rows, run_fpga_bench
 from edgespec.bench.record import markdown as tables, record
-from edgespec.bench.run import print_rows, run_bench
+from edgespec.bench.run import LCP, print_rows, run_bench
 from edgespec.bench.simulated import print_projection, run_projection
 from edgespec.cli.common import CtxOpt, MaxDraftOpt, ModelOpt, ThreadsOpt, app, err, fail, out, user_errors
 from edgespec.errors import EdgespecError
 from edgespec.runtimes.gpu.devices import DEVICES
-from edgespec.spec import calibration
-from edgespec.spec.verifier import SamplingParams
+from edgespec.speculative import calibration
+from edgespec.speculative.verifier import SamplingParams
 
 
 @app.command()
@@ -36,10 +36,11 @@ def bench(
     ctx: int = CtxOpt,
     threads: Optional[int] = ThreadsOpt,
     max_draft: int = MaxDraftOpt,
-    peer: bool = typer.Option(True, "--peer/--no-peer", help="Include llama-cpp-python's own generation, plain and "
-                              "with its prompt lookup (rows llama-cpp-python, llama-cpp-python-lookup)."),
-    peers: str = typer.Option("", "--peers", help="llama-server: also run llama.cpp's server (built by "
-                              "./install.sh --dev) plain and with each of its speculation types, as rows llama-server:*."),
+    peers: str = typer.Option(LCP, "--peers", help="Comma-separated peers to run beside edgespec, or none: "
+                              "llama-cpp-python (its own generation, plain and with its prompt lookup), "
+                              "llama-server (llama.cpp's server, built by ./install.sh --dev, plain and with each of "
+                              "its speculation types: rows llama-server:*), hf (transformers, plain greedy and its "
+                              "universal assisted generation with each model drafter: rows hf:*)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N prompts of each category."),
     onnx: Optional[str] = typer.Option(None, "--onnx", help="ONNX exports of the same model, comma-separated: also run them on "
                                       "ONNX Runtime (rows onnx:*, or onnx-QUANT:* for several)."),
@@ -50,8 +51,6 @@ def bench(
     device_profile: Optional[str] = typer.Option(None, "--device-profile", help="Comma-separated device profiles "
                                                  "(adreno-750, mali-g720, apple-m3, laptop-igpu): tokens/s PROJECTED "
                                                  "for their GPUs from acceptance measured here."),
-    uag: bool = typer.Option(False, "--uag", help="Also run transformers on the same GGUF files (float32): plain "
-                             "greedy and universal assisted generation with each model drafter, as rows hf:*."),
     budget: Optional[str] = typer.Option(None, "--memory-budget", "-b", help="With --device-profile: the memory the "
                                          "app may use on the device (default: the profile's), planned for."),
     draft_min: int = typer.Option(0, "--draft-min", min=0, help="Verify at least this many draft tokens a step, "
@@ -76,8 +75,9 @@ def bench(
         print(tables(json.loads(markdown.read_text())), end="")
         return
     names = [d.strip() for d in drafters.split(",") if d.strip()]
-    if temperature > 0 and (device_profile or backend != "cpu" or uag):
-        fail("--temperature is measured on the CPU rows only (not with --device-profile, --backend fpga-sim or --uag)")
+    peer_names = [p.strip() for p in peers.split(",") if p.strip() and p.strip() != "none"]
+    if temperature > 0 and (device_profile or backend != "cpu"):
+        fail("--temperature is measured on the CPU rows only (not with --device-profile or --backend fpga-sim)")
     if budget and not device_profile:
         # every method of a measured bench runs in this one process: no budget can hold for each
         fail("bench takes --memory-budget with --device-profile only; to measure a budget here use "
@@ -103,10 +103,9 @@ def bench(
     if bad or not devices or devices[0] != "cpu" and len(devices) > 1:
         fail(f"--device takes cpu, or cpu followed by others (cpu,gpu): got {device!r}")
     with calibration.temporary_store() if fresh else nullcontext():
-        rows = run_bench(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft, peer, err,
-                         onnx=onnx, devices=devices, uag=uag, draft_min=draft_min,
-                         params=SamplingParams(temperature=temperature, seed=seed),
-                         peers=[p.strip() for p in peers.split(",") if p.strip()])
+        rows = run_bench(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft, err,
+                         onnx=onnx, devices=devices, draft_min=draft_min,
+                         params=SamplingParams(temperature=temperature, seed=seed), peers=peer_names)
     print_rows(rows, out)
     if json_path:
         json_path.write_text(json.dumps(record(rows, model), indent=2))

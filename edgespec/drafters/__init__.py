@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from edgespec.drafters.auto import AutoDrafter
@@ -13,16 +15,23 @@ from edgespec.drafters.recycle import TokenRecyclingDrafter
 from edgespec.errors import DrafterError, ModelError
 from edgespec.models.store import resolve
 from edgespec.runtimes import open_backend
-from edgespec.spec.backend import Tokenizer
-from edgespec.spec.controller import DraftController
-from edgespec.spec.drafter import Draft, Drafter
+from edgespec.speculative.backend import Tokenizer
+from edgespec.speculative.controller import DraftController
+from edgespec.speculative.drafter import Draft, Drafter
 
-MODEL_FREE = ("none", "lookup", "ngram", "recycle", "auto")
+# The model-free drafters by name, each made from the target's vocabulary size and context:
+# a new drafter is a file of its own and a line here (docs/usage.md, "Writing a drafter")
+REGISTRY: dict[str, Callable[[int, int], Drafter]] = {
+    "lookup": lambda n_vocab, n_ctx: PromptLookupDrafter(),
+    "ngram": lambda n_vocab, n_ctx: NGramCacheDrafter(max_bytes=NGRAM_BYTES_PER_TOKEN * n_ctx),
+    "recycle": lambda n_vocab, n_ctx: TokenRecyclingDrafter(n_vocab),
+}
+MODEL_FREE = ("none", *REGISTRY, "auto")
 HYBRID = "auto+"  # auto+MODEL: the model-free drafters and a model drafter, chosen step by step
 AUTO_MEMBERS = ("lookup", "ngram", "recycle")  # what auto mixes (make_drafter)
 
 __all__ = ["Draft", "Drafter", "PromptLookupDrafter", "NGramCacheDrafter", "TokenRecyclingDrafter",
-           "AutoDrafter", "ModelDrafter", "CrossVocabDrafter", "MODEL_FREE", "make_drafter",
+           "AutoDrafter", "ModelDrafter", "CrossVocabDrafter", "MODEL_FREE", "REGISTRY", "make_drafter",
            "check_drafter"]
 
 
@@ -34,15 +43,10 @@ def make_drafter(name: str, n_vocab: int, controller: DraftController, target_to
     `auto+MODEL` is the hybrid: the model-free drafters and that model drafter."""
     if name == "none":
         return None
-    if name == "lookup":
-        return PromptLookupDrafter()
-    ngram_bytes = NGRAM_BYTES_PER_TOKEN * n_ctx  # what the memory planner allows the n-gram cache
-    if name == "ngram":
-        return NGramCacheDrafter(max_bytes=ngram_bytes)
-    if name == "recycle":
-        return TokenRecyclingDrafter(n_vocab)
+    if name in REGISTRY:
+        return REGISTRY[name](n_vocab, n_ctx)
     if name == "auto" or name.startswith(HYBRID):
-        members = [d for m in AUTO_MEMBERS if (d := make_drafter(m, n_vocab, controller, n_ctx=n_ctx)) is not None]
+        members = [REGISTRY[m](n_vocab, n_ctx) for m in AUTO_MEMBERS]
         if name.startswith(HYBRID):
             if target_tokenizer is None:
                 raise DrafterError("a hybrid drafter needs the target's tokenizer")
@@ -55,7 +59,7 @@ def make_drafter(name: str, n_vocab: int, controller: DraftController, target_to
 
 def check_drafter(name: str):
     """Refuse an unknown drafter before anything is loaded; returns the model path of a model drafter."""
-    if name in MODEL_FREE:
+    if name in MODEL_FREE or name in REGISTRY:
         return None
     if name.startswith(HYBRID):
         return check_drafter(name[len(HYBRID):])

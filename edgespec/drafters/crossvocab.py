@@ -26,20 +26,19 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
-
 from edgespec.drafters.model import ModelDrafter
 from edgespec.drafters.translate import (TextView, TranslationCache, check_mappable, retokenize_after, single_token_map,
                                          surface)
-from edgespec.spec.backend import Backend, Tokenizer
-from edgespec.spec.drafter import EMPTY, Draft, Drafter
-from edgespec.spec.sequence import common_prefix
-from edgespec.spec.verifier import SamplingParams
+from edgespec.speculative.backend import Backend, Tokenizer
+from edgespec.speculative.drafter import EMPTY, Draft, Drafter, Kind, Sampling
+from edgespec.speculative.sequence import common_prefix
+
+
+XVOCAB = Kind("xvocab")
 
 
 class CrossVocabDrafter(Drafter):
     name = "xvocab"
-    model_key = "xvocab"
 
     def __init__(self, backend: Backend, target: Tokenizer, max_draft: int = 8, p_min: float = 0.5,
                  lookbehind: int = 4, sample_drafts: bool = False) -> None:
@@ -47,7 +46,8 @@ class CrossVocabDrafter(Drafter):
         self.backend = backend
         self.target = target
         self.lookbehind = lookbehind
-        self.model = ModelDrafter(backend, max_draft=max_draft, p_min=p_min)
+        self.model = ModelDrafter(backend, max_draft=max_draft, p_min=p_min, kind=XVOCAB)
+        self.cost = self.model.cost
         self.view = TextView(backend.tokenizer, lookbehind)
         self.cache = TranslationCache()
         dt = backend.tokenizer
@@ -56,43 +56,6 @@ class CrossVocabDrafter(Drafter):
         self._t_ends: list[int] = []  # byte offset where each of them ends
         self.sample_drafts = sample_drafts
         self._sampling = False
-
-    # the model's own latency, for the controller and the bench
-    @property
-    def steps(self) -> int:
-        return self.model.steps
-
-    @property
-    def step_s(self) -> float:
-        return self.model.step_s
-
-    @property
-    def cost_per_token(self) -> float:
-        return self.model.cost_per_token
-
-    @property
-    def sync_seconds(self) -> float:
-        return self.model.sync_seconds
-
-    @property
-    def probe_seconds(self) -> float:
-        return self.model.probe_seconds
-
-    @property
-    def model_seconds(self) -> float:
-        return self.model.model_seconds
-
-    def sample_with(self, params: SamplingParams | None, rng: np.random.Generator | None) -> None:
-        self._sampling = self.sample_drafts and params is not None and rng is not None
-        if not self._sampling:
-            params = rng = None  # argmax drafts, one-hot proposals
-        if self._sampling and self.model.sampled_map is None:  # built once, when first needed
-            self.model.sampled_map = single_token_map(self.backend.tokenizer, self.target, self.backend.n_vocab)
-        self.model.sample_with(params, rng)
-
-    @property
-    def token_cost(self) -> tuple[int, float]:
-        return self.model.token_cost
 
     def _sync(self, history: Sequence[int]) -> None:
         n = len(self._fed)
@@ -120,10 +83,14 @@ class CrossVocabDrafter(Drafter):
         t0 = self._t_ends[tlo - 1] if tlo else 0
         self.cache.learn(v.ids[lo:], v.ends[lo:], self._fed[tlo:], self._t_ends[tlo:], d0 == t0, start)
 
-    def begin(self, history: Sequence[int]) -> None:
+    def begin(self, history: Sequence[int], sampling: Sampling = None) -> None:
+        self._sampling = self.sample_drafts and sampling is not None
+        if self._sampling and self.model.sampled_map is None:  # built once, when first needed
+            self.model.sampled_map = single_token_map(self.backend.tokenizer, self.target, self.backend.n_vocab)
+        self.model.sampling = sampling if self._sampling else None  # else argmax drafts, one-hot proposals
         self._sync(history)
         if self.view.ids:
-            self.model.begin(self._prefix + self.view.ids)
+            self.model.begin(self._prefix + self.view.ids, self.model.sampling)
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
         self._sync(history)
@@ -133,7 +100,7 @@ class CrossVocabDrafter(Drafter):
         if not len(d):
             return EMPTY
         if self._sampling:  # already target ids, with their distribution
-            return Draft(d.tokens, key="xvocab", probs=d.probs)
+            return Draft(d.tokens, XVOCAB, probs=d.probs)
         out, used = self.cache.translate(d.tokens)
         if used < len(d.tokens):
             rest = b"".join(surface(self.backend.tokenizer, t) for t in d.tokens[used:])
@@ -142,7 +109,7 @@ class CrossVocabDrafter(Drafter):
             if self.target.is_special(t):
                 out = out[: i + 1]
                 break
-        return Draft(out[:k], key="xvocab") if out else EMPTY
+        return Draft(out[:k], XVOCAB) if out else EMPTY
 
     def reset(self) -> None:
         self.model.reset()

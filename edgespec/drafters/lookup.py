@@ -35,8 +35,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Sequence
 
-from edgespec.spec.drafter import EMPTY, Draft, Drafter, History
-from edgespec.spec.sequence import matched_so_far
+from edgespec.speculative.drafter import EMPTY, Draft, Drafter, History, Kind, Sampling
+from edgespec.speculative.sequence import matched_so_far
 
 
 class PromptLookupDrafter(Drafter):
@@ -53,7 +53,7 @@ class PromptLookupDrafter(Drafter):
         self._breaks = CopyBreaks()
         self._clear_index()
 
-    def begin(self, history: Sequence[int]) -> None:
+    def begin(self, history: Sequence[int], sampling: Sampling = None) -> None:
         _, rewritten = self._hist.sync(history, check=True)
         if rewritten:
             self._clear_index()
@@ -111,11 +111,12 @@ class PromptLookupDrafter(Drafter):
             elif key in self._in_prompt[n]:
                 pos = self._in_prompt[n][key]
             self._anchor = (pos, length)
-            tags = ("/a" if key in self._ambiguous[n] else "") + ("/c" if continued else "")
-            tags += "/p" if pos < self._prompt_len else ""
+            # learned apart: the match's length, an ambiguous or continued match, a copy from the prompt
+            flags = (key in self._ambiguous[n], continued, pos < self._prompt_len)
+            tags = (f"n{_bucket(n)}", *(t for t, on in zip(("a", "c", "p"), flags) if on))
             copy = toks[pos : pos + k]
             self._breaks.add(copy, pos, length)
-            return Draft(copy[: self._breaks.safe_length(copy)], key=f"lookup/n{_bucket(n)}{tags}")
+            return Draft(copy[: self._breaks.safe_length(copy)], Kind(self.name, tags))
         self._anchor = self._earlier = None
         return EMPTY
 

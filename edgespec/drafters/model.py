@@ -32,19 +32,24 @@ from typing import Sequence
 import numpy as np
 
 from edgespec.runtimes.vocab_map import input_table, map_inputs
-from edgespec.spec.backend import Backend
-from edgespec.spec.drafter import EMPTY, Draft, Drafter
-from edgespec.spec.sequence import common_prefix
-from edgespec.spec.verifier import SamplingParams, draw, target_probs
+from edgespec.speculative.backend import Backend
+from edgespec.speculative.drafter import EMPTY, Draft, Drafter, Kind, ModelCost, Sampling
+from edgespec.speculative.sequence import common_prefix
+from edgespec.speculative.verifier import draw, target_probs
+
+
+MODEL = Kind("model")
 
 
 class ModelDrafter(Drafter):
     name = "model"
-    model_key = "model"
 
     def __init__(self, backend: Backend, max_draft: int = 8, p_min: float = 0.5, window: int | None = 64,
-                 sink: int = 4) -> None:
+                 sink: int = 4, kind: Kind = MODEL) -> None:
+        """`kind`: what its drafts are learned as (a cross-vocabulary drafter's model drafts
+        another kind)."""
         self.backend = backend
+        self.cost = ModelCost(kind, backend, window)
         self.max_draft = max_draft
         self.p_min = p_min
         self.window = window  # None: always read the whole history
@@ -58,16 +63,9 @@ class ModelDrafter(Drafter):
         # in sampling mode, the target id a drawn logits row proposes (-1: none);
         # None is the drafter's own ids (mapped through vocab_map when trimmed)
         self.sampled_map: np.ndarray | None = None
-        self._sampling: tuple[SamplingParams, np.random.Generator] | None = None
+        self.sampling: Sampling = None  # this generation's draws (begin): None, greedy
         self._proposing: tuple[np.ndarray, np.ndarray, np.ndarray, int] | None = None  # see _proposable
         self._cached: list[int] = []  # target ids whose KV the drafter holds
-        self.steps = 0  # one-token drafter evaluations, and their time: the drafter's step latency
-        self.step_s = 0.0
-        self.syncs = 0  # catching up with the accepted history at the start of a proposal
-        self.sync_s = 0.0
-        self.eval_s = 0.0  # every evaluation, prompt included
-        self._read = (0, 0.0)  # tokens read in batches longer than a step (prompts, catch-ups), and their seconds
-        self._probe_s: float | None = None  # the last catch-up after a pause, measured
 
     @property
     def target_vocab(self) -> int:
@@ -85,39 +83,11 @@ class ModelDrafter(Drafter):
         t0 = time.perf_counter()
         out = self.backend.eval(self._inputs(ids), n_logits=1)[0]
         dt = time.perf_counter() - t0
-        self.eval_s += dt
+        c = self.cost
+        c.eval_s += dt
         if len(ids) > self.max_draft + 1:
-            self._read = (self._read[0] + len(ids), self._read[1] + dt)
+            c.read = (c.read[0] + len(ids), c.read[1] + dt)
         return out
-
-    @property
-    def model_seconds(self) -> float:
-        return self.eval_s
-
-    @property
-    def cost_per_token(self) -> float:
-        return self.step_s / self.steps if self.steps else 0.0
-
-    @property
-    def sync_seconds(self) -> float:
-        return self.sync_s / self.syncs if self.syncs else 0.0
-
-    @property
-    def probe_seconds(self) -> float:
-        """A catch-up after a pause reads at most `window` tokens: its time as last
-        measured, or until then estimated from how fast the prompt was read."""
-        if self.window is None:
-            return 0.0  # it grows with the pause; the controller's doubling interval bounds it
-        if self._probe_s is not None:
-            return self._probe_s
-        n, seconds = self._read
-        return self.window * seconds / n if n else 0.0
-
-    @property
-    def token_cost(self) -> tuple[int, float]:
-        """(evaluations that each yielded a draft token, their seconds): a step's catch-up
-        yields the first, each further step one more; what the planner prices drafting by."""
-        return self.syncs + self.steps, self.sync_s + self.step_s
 
     def _cut(self, history: Sequence[int], skip: int) -> list[int]:
         """`history` without the `skip` tokens after its first `sink`."""
@@ -141,7 +111,8 @@ class ModelDrafter(Drafter):
             return seen, common_prefix(self._cached, seen)
         return seen, keep
 
-    def begin(self, history: Sequence[int]) -> None:
+    def begin(self, history: Sequence[int], sampling: Sampling = None) -> None:
+        self.sampling = sampling
         # the prompt is read whole now (prompt processing), so the first step pays only
         # for drafting; only one longer than the drafter's context (another vocabulary
         # may spell it in more tokens) is cut to the window
@@ -169,11 +140,12 @@ class ModelDrafter(Drafter):
         self.backend.rollback(keep)
         logits = self._eval(seen[keep:])
         self._cached = seen
+        c = self.cost
         if len(seen) - keep <= self.max_draft + 1:  # a step's worth; a long catch-up after a pause is not typical
-            self.syncs += 1
-            self.sync_s += time.perf_counter() - t0
+            c.syncs += 1
+            c.sync_s += time.perf_counter() - t0
         else:
-            self._probe_s = time.perf_counter() - t0
+            c.probe_s = time.perf_counter() - t0
         draft: list[int] = []
         rows: list[np.ndarray] = []
         while True:
@@ -189,26 +161,23 @@ class ModelDrafter(Drafter):
             t0 = time.perf_counter()
             logits = self._eval([fed])
             self._cached.append(fed)
-            self.steps += 1
-            self.step_s += time.perf_counter() - t0
+            c.steps += 1
+            c.step_s += time.perf_counter() - t0
         if not draft:
             return EMPTY
-        return Draft(draft, key="model", probs=np.stack(rows) if rows else None)
-
-    def sample_with(self, params: SamplingParams | None, rng: np.random.Generator | None) -> None:
-        self._sampling = None if params is None or rng is None else (params, rng)
+        return Draft(draft, c.kind, probs=np.stack(rows) if rows else None)
 
     def _pick(self, logits: np.ndarray) -> tuple[int, int, np.ndarray | None] | None:
         """(proposed target id, id to feed the drafter, q over target ids or None
         when greedy), or None to stop drafting."""
-        if self._sampling is None:
+        if self.sampling is None:
             row = int(np.argmax(logits))
             top = float(logits[row])
             if 1.0 / float(np.exp(logits - top).sum()) < self.p_min:
                 return None
             tok = int(self.vocab_map[row]) if self.vocab_map is not None else row
             return tok, tok, None
-        params, rng = self._sampling
+        params, rng = self.sampling
         q = target_probs(logits, params)
         if q.max() < self.p_min:  # decided before the draw: what is drawn stays q's
             return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from edgespec.spec.drafter import EMPTY, Draft, Drafter, History
+from edgespec.speculative.drafter import EMPTY, Draft, Drafter, History, Kind, Sampling
 
 BYTES_PER_TOKEN = 600  # the lookup and n-gram indexes: a few dict entries per history token
 
@@ -40,7 +40,7 @@ class NGramCacheDrafter(Drafter):
         self._entries = 0  # continuations stored, over all contexts
         self._learned = 0
 
-    def begin(self, history: Sequence[int]) -> None:
+    def begin(self, history: Sequence[int], sampling: Sampling = None) -> None:
         # a new turn repeats earlier turns: learn only what is new, so counts stay honest
         start, _ = self._hist.sync(history, check=True)
         self._learned = min(self._learned, start)
@@ -100,7 +100,7 @@ class NGramCacheDrafter(Drafter):
             first_n = first_n or n
             out.append(tok)
             ctx = ctx[1:] + [tok] if len(ctx) >= self.max_ngram else ctx + [tok]
-        return Draft(out, key=f"ngram/n{first_n}") if out else EMPTY
+        return Draft(out, Kind("ngram", (f"n{first_n}",))) if out else EMPTY
 
     def memory(self) -> int:
         return len(self._counts) * self.BYTES_PER_CONTEXT + self._entries * self.BYTES_PER_CONTINUATION

@@ -18,8 +18,9 @@ from typing import Sequence
 
 import numpy as np
 
-from edgespec.spec.drafter import EMPTY, Draft, Drafter
-from edgespec.spec.verifier import SamplingParams
+from edgespec.speculative.drafter import EMPTY, Draft, Drafter, Kind, Sampling
+
+RECYCLE = Kind("recycle")
 
 BYTES_PER_ENTRY = np.dtype(np.int32).itemsize  # the table: one int32 successor per vocabulary entry
 
@@ -35,8 +36,8 @@ class TokenRecyclingDrafter(Drafter):
     def reset(self) -> None:
         self.table = np.full(self.n_vocab, -1, dtype=np.int32)
 
-    def sample_with(self, params: SamplingParams | None, rng: np.random.Generator | None) -> None:
-        self._greedy = params is None
+    def begin(self, history: Sequence[int], sampling: Sampling = None) -> None:
+        self._greedy = sampling is None
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
         if k <= 0 or not len(history):
@@ -49,7 +50,7 @@ class TokenRecyclingDrafter(Drafter):
                 break
             out.append(nxt)
             t = nxt
-        return Draft(out, key="recycle") if out else EMPTY
+        return Draft(out, RECYCLE) if out else EMPTY
 
     def observe(self, history: Sequence[int], inputs: Sequence[int], logits: np.ndarray,
                 next_token: int | None = None) -> None:

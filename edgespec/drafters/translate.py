@@ -23,8 +23,8 @@ from typing import Sequence
 import numpy as np
 
 from edgespec.errors import DrafterError
-from edgespec.spec.backend import Tokenizer
-from edgespec.spec.sequence import common_prefix
+from edgespec.speculative.backend import Tokenizer
+from edgespec.speculative.sequence import common_prefix
 
 # text both vocabularies must reproduce byte for byte to be mapped onto each other
 PROBE = "def f(x):\n    return x + 1  # Hello, World!\n\nThe 3 cats' names: \"Tom\" & 'Ann'.\t{a: [1, 2]}\n"

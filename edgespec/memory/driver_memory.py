@@ -1,9 +1,8 @@
 """What a GPU driver holds in the process once models have run on it: measured, not modelled.
 
 A driver compiles a pipeline for each kernel, weight type and batch width the first time
-it runs, and keeps it (lavapipe keeps LLVM-compiled code: for SmolLM2-135M about 60 MB
-with no layer offloaded, 170-210 MB with half or all of them). Nothing in a model file predicts
-that, so before a memory budget is planned for a GPU, a child process loads the models
+it runs, and keeps it (lavapipe: LLVM-compiled code, docs/design.md "The memory model").
+Nothing in a model file predicts that, so before a memory budget is planned for a GPU, a child process loads the models
 with every layer offloaded, runs one full micro-batch and every verification width the
 plan may use, and reports its peak RSS (VmHWM, which also catches compile-time
 transients), with Mesa's shader cache off so that the figure holds for a cold cache.
@@ -28,7 +27,7 @@ import platformdirs
 from edgespec.errors import EdgespecError
 from edgespec.memory.footprint import ModelConfig, peak_rss, predict, process_rss
 from edgespec.models.facts import ModelFacts
-from edgespec.spec.engine import Engine
+from edgespec.speculative.engine import Engine
 
 MEASURE_CTX = 1024  # enough for one full micro-batch and the widest verification; small, so quick
 VERSION = 4  # bump when what the child runs changes

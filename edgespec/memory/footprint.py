@@ -1,14 +1,12 @@
 """The memory model: bytes a llama.cpp configuration will hold, predicted from
 the GGUF file's own facts, before anything is loaded.
 
-What was measured to build it (llama.cpp 0.3.36, CPU; psutil RSS split into
-anonymous and file-backed pages, see `edgespec profile`):
+What it counts (the measurements it was built from: docs/design.md, "The memory model"):
 
 - Weights. With mmap (llama.cpp's default) the whole file becomes resident as
   file pages, and tensors llama.cpp repacks for its x86 GEMM kernels (Q4_0, Q4_K,
   IQ4_NL matmul weights with rows in multiples of 8) are copied into anonymous
-  memory besides: Qwen2.5-Coder-1.5B Q4_K_M holds 1.12 GB mapped plus 0.63 GB
-  repacked. Read into memory instead (load mode "read"), weights cost their
+  memory besides. Read into memory instead (load mode "read"), weights cost their
   tensor bytes once, whatever is repacked.
 - KV cache: every layer's K and V rows for the context, which llama.cpp pads to
   a multiple of 256 and clears at creation (so it is all resident at once).
@@ -42,14 +40,13 @@ from edgespec.models.facts import ModelFacts
 from edgespec.runtimes.kv_cache import KV_TYPES
 
 CTX_PAD = 256
-VOCAB_ENTRY_BYTES = 165  # llama.cpp's vocabulary: measured 46.6 MiB for Qwen2.5 (152k tokens + 151k merges)
-RUNTIME_BYTES = 12_000_000  # paged in on first use: llama.cpp's code, the modules loading imports (measured 10-13 MB)
+VOCAB_ENTRY_BYTES = 165  # llama.cpp's token and merge tables, per entry (measured: docs/design.md)
+RUNTIME_BYTES = 12_000_000  # paged in on first use: llama.cpp's code, the modules loading imports (measured)
 # What a GPU driver adds in the process as kernels first run, beyond llama.cpp's buffers:
 # compiled shader pipelines, one per weight type and batch width (ggml-vulkan's matrix-vector
 # kernels take 1 to 8 columns). A rough estimate for predictions without a budget (a line
 # through two lavapipe measurements with every layer offloaded); budgets are planned from
-# the driver's memory measured on the machine (driver_memory.py). Its start-up (lavapipe:
-# 56 MB) is in the baseline.
+# the driver's memory measured on the machine (driver_memory.py). Its start-up is in the baseline.
 GPU_DRIVER_FIXED = 68_000_000
 GPU_DRIVER_PER_WEIGHT_BYTE = 0.9
 

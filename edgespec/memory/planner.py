@@ -28,8 +28,8 @@ from edgespec.models.store import model_file
 from edgespec.runtimes.gpu.devices import GPU_RESERVE_BYTES, GPU_RESERVE_SHARE, gpu_layers, place, shares_ram
 from edgespec.runtimes.gpu.profiles import ModelShape, RooflineCost
 from edgespec.runtimes.kv_cache import KV_QUALITY
-from edgespec.spec import calibration
-from edgespec.spec.controller import CostModel
+from edgespec.speculative import calibration
+from edgespec.speculative.controller import CostModel
 
 if TYPE_CHECKING:
     from edgespec.runtimes.gpu.profiles import DeviceProfile
@@ -225,129 +225,171 @@ def _read_per_token(facts: ModelFacts) -> int:
     return facts.tensor_bytes - (facts.embd_bytes if facts.output_bytes else 0)
 
 
-def plan(
-    target: ModelFacts,
-    budget: int | None,
-    drafter: str = "auto",
-    drafter_model: ModelFacts | Mapping[str, ModelFacts] | None = None,
-    n_ctx: int = 4096,
-    max_draft: int = 16,
-    baseline: int = 0,
-    batch_costs: Sequence[float] | None = None,
-    repack: bool | None = None,
-    gpu: GpuMemory | None = None,
-    draft_costs: Mapping[str, float] | None = None,
-    cost_source: str = "measured on this machine",
-    draft_accept: Mapping[str, float] | None = None,
-    trims: Mapping[str, ModelFacts] | None = None,
-) -> Plan:
-    """The best configuration within `budget` bytes (None: no limit, llama.cpp's defaults).
-    With `gpu`, it also chooses how many layers to offload (as many as fit, before a
-    longer draft); a GPU sharing the system's RAM counts in the budget.
+@dataclass(frozen=True)
+class PlanRequest:
+    """What a plan is asked for (see `plan`).
 
-    `drafter` may name several drafters ("a,b"): the plan takes the one with the highest
-    predicted throughput among those that fit (a VocabTrim'd drafter is cheaper and smaller,
-    and accepted less often: its K is chosen so). `drafter_model` holds the facts of the model
-    drafter, or, with several, a mapping from each model drafter's name to its facts.
-    `batch_costs` (seconds per batch size, index 0 unused) and `draft_costs` (a drafter's
-    step in target tokens) replace the priors of `predicted_speedup` where known, as does
-    `draft_accept` (a model drafter's greedy acceptance against this target, measured); the
-    choice's note says where they came from (`cost_source`).
+    `budget` in bytes, None: no limit (llama.cpp's defaults). `drafter` may name several
+    drafters ("a,b"); `drafter_model` holds the model drafter's facts, or, with several, a
+    mapping from each model drafter's name to its facts. `baseline` is the process's own
+    memory before any model is loaded, measured by the caller: a budget covers the whole
+    process. `batch_costs` (seconds per batch size, index 0 unused), `draft_costs` (a drafter's
+    step in target tokens) and `draft_accept` (a model drafter's greedy acceptance against
+    this target) replace the priors of `predicted_speedup` where measured; `cost_source` says
+    where the costs came from. `gpu`: the GPU to offload to. `trims`: VocabTrim'd versions of
+    the model drafters the plan may take, by name.
+    """
 
-    `baseline` is the process's own memory before any model is loaded, measured
-    by the caller: a budget covers the whole process. Raises BudgetError, naming
-    the minimum, when not even plain decoding fits."""
-    named = named_drafters(drafter)
-    if not named:
-        raise ValueError("no drafter named")
-    models = _drafter_models(named, drafter_model)
-    n_named = len(models)
-    trims = dict(trims or {}) if budget is not None else {}
-    models.update(trims)
+    target: ModelFacts
+    budget: int | None
+    drafter: str = "auto"
+    drafter_model: ModelFacts | Mapping[str, ModelFacts] | None = None
+    n_ctx: int = 4096
+    max_draft: int = 16
+    baseline: int = 0
+    batch_costs: Sequence[float] | None = None
+    repack: bool | None = None
+    gpu: GpuMemory | None = None
+    draft_costs: Mapping[str, float] | None = None
+    cost_source: str = "measured on this machine"
+    draft_accept: Mapping[str, float] | None = None
+    trims: Mapping[str, ModelFacts] | None = None
 
-    def speedup(d: str, k: int) -> float:
-        return predicted_speedup(d, k, target, models.get(d), batch_costs, (draft_costs or {}).get(d),
-                                 (draft_accept or {}).get(d))
 
-    def basis() -> str:  # what a choice among drafters rests on
-        verify = f"verification costs {cost_source}" if batch_costs is not None else "a verification prior"
+def plan(req: PlanRequest) -> Plan:
+    """The best configuration within the budget. With a GPU, it also chooses how many layers
+    to offload (as many as fit, before a longer draft); a GPU sharing the system's RAM counts
+    in the budget. Among several drafters it takes the one with the highest predicted
+    throughput among those that fit (a VocabTrim'd drafter is cheaper and smaller, and
+    accepted less often: its K is chosen so). Raises BudgetError, naming the minimum, when
+    not even plain decoding fits."""
+    planning = _Planning(req)
+    return planning.unbudgeted() if req.budget is None else planning.within_budget(req.budget)
+
+
+class _Planning:
+    """One plan's search: the request, the drafters it may choose and what each would give."""
+
+    def __init__(self, req: PlanRequest) -> None:
+        self.req = req
+        self.named = named_drafters(req.drafter)
+        if not self.named:
+            raise ValueError("no drafter named")
+        self.models = _drafter_models(self.named, req.drafter_model)
+        self.n_named = len(self.models)
+        self.trims = dict(req.trims or {}) if req.budget is not None else {}
+        self.models.update(self.trims)
+        target = req.target
+        self.want_ctx = min(req.n_ctx, target.n_ctx_train) if target.n_ctx_train else req.n_ctx
+        self.minimum = math.ceil(_minimum(target, req.baseline, "none", req.repack, req.gpu) / HEADROOM)
+        self.minimum_spec = math.ceil(_minimum(target, req.baseline, "lookup", req.repack, req.gpu) / HEADROOM)
+
+    def speedup(self, d: str, k: int) -> float:
+        r = self.req
+        return predicted_speedup(d, k, r.target, self.models.get(d), r.batch_costs, (r.draft_costs or {}).get(d),
+                                 (r.draft_accept or {}).get(d))
+
+    def basis(self) -> str:
+        """What a choice among drafters rests on."""
+        r = self.req
+        verify = f"verification costs {r.cost_source}" if r.batch_costs is not None else "a verification prior"
 
         def which(measured: list[str]) -> str:
-            return f" for {', '.join(measured)}" if measured and len(measured) < n_named else ""
+            return f" for {', '.join(measured)}" if measured and len(measured) < self.n_named else ""
 
-        steps = [d for d in models if d in (draft_costs or {})]
-        accepted = [d for d in models if d in (draft_accept or {})]
+        steps = [d for d in self.models if d in (r.draft_costs or {})]
+        accepted = [d for d in self.models if d in (r.draft_accept or {})]
         return (f"{verify}; drafter steps {'measured' if steps else 'from weight sizes'}{which(steps)}; "
                 f"acceptance {'measured' if accepted else 'a prior'}{which(accepted)}")
 
-    want_ctx = min(n_ctx, target.n_ctx_train) if target.n_ctx_train else n_ctx
-    minimum = math.ceil(_minimum(target, baseline, "none", repack, gpu) / HEADROOM)
-    minimum_spec = math.ceil(_minimum(target, baseline, "lookup", repack, gpu) / HEADROOM)
-    if budget is None:
-        d = max(named, key=lambda d: speedup(d, max_draft))  # the first named on a tie
-        ngl = gpu_layers(target, gpu.free, want_ctx) if gpu is not None else 0
-        cfg = ModelConfig(n_ctx=want_ctx, max_outputs=max_draft + 1 if d != "none" else 1, prefill=want_ctx,
+    def unbudgeted(self) -> Plan:
+        """llama.cpp's defaults at the context asked for, with the drafter predicted fastest."""
+        r, k = self.req, self.req.max_draft
+        d = max(self.named, key=lambda d: self.speedup(d, k))  # the first named on a tie
+        ngl = gpu_layers(r.target, r.gpu.free, self.want_ctx) if r.gpu is not None else 0
+        cfg = ModelConfig(n_ctx=self.want_ctx, max_outputs=k + 1 if d != "none" else 1, prefill=self.want_ctx,
                           gpu_layers=ngl)
-        fp = _predict(target, cfg, d, models.get(d), baseline, repack, gpu)
-        notes = [_choice_note(d, {x: f"{speedup(x, max_draft):.2f}x" for x in named}, basis())] \
-            if len(named) > 1 else []
-        return Plan(None, want_ctx, "f16", cfg.n_batch, "mmap", d, max_draft if d != "none" else 0, fp,
-                    speedup(d, max_draft), minimum, minimum_spec, notes, target, models.get(d), ngl, 0, gpu)
+        notes = [_choice_note(d, {x: f"{self.speedup(x, k):.2f}x" for x in self.named}, self.basis())] \
+            if len(self.named) > 1 else []
+        return self._plan(d, k if d != "none" else 0, cfg, budget=None, load="mmap", notes=notes)
 
-    limit = math.floor(budget * HEADROOM)
-    if minimum > budget:
-        raise BudgetError(
-            f"a memory budget of {fmt_bytes(budget)} is too small for {_name(target)}: plain decoding needs at "
-            f"least {fmt_bytes(minimum)} (a {MIN_CTX}-token context, {_kv_types(gpu)[-1]} KV cache, this process's "
-            f"{fmt_bytes(baseline)} included)")
-    ctxs = []
-    c = want_ctx
-    while c >= MIN_CTX:
-        ctxs.append(c)
-        c //= 2
-    if not ctxs or ctxs[-1] > MIN_CTX:
-        ctxs.append(min(MIN_CTX, want_ctx))
-    best: dict[str, tuple] = {}  # per drafter: its best (key, configuration)
-    for ctx in ctxs:
-        for q, kv in enumerate(_kv_types(gpu)):
-            for d, tier in drafter_candidates(drafter, list(trims)):
-                dm = models.get(d)
-                for ngl in _offload_candidates(target, gpu, ctx, kv):
-                    for nb in BATCHES:
-                        k = _largest_draft(target, limit, baseline, d, dm, ctx, kv, nb, max_draft, repack, ngl, gpu)
-                        if k is None:
-                            continue
-                        # the model's own output first (a quantized KV cache changes it), then the
-                        # context, then a drafter named over a fallback, then the GPU's share, then
-                        # predicted throughput (which drafter named, how long a draft), then prefill batch
-                        key = (-q, ctx, -tier, ngl, speedup(d, k), k, nb)
-                        if d not in best or key > best[d][0]:
-                            best[d] = (key, ctx, kv, nb, k, ngl)
-    assert best, "the minimum fits, so the smallest context does"
-    d = max(best, key=lambda x: best[x][0])
-    _, ctx, kv, nb, k, ngl = best[d]
-    dm = models.get(d)
-    cfg = _config(ctx, kv, nb, d, k, ngl)
-    fp = _predict(target, cfg, d, dm, baseline, repack, gpu)
-    notes = []
-    if ctx < want_ctx:
-        notes.append(f"context {ctx} instead of {want_ctx}: a larger one does not fit")
-    if kv != "f16":
-        notes.append(f"KV cache quantized to {kv} (flash attention on) to fit")
-    if d not in named:
-        notes.append(f"drafter {d} instead of {drafter}: {'none of them fits' if len(named) > 1 else f'{drafter} does not fit'}")
-    else:
-        if len(named) > 1:
-            notes.append(_choice_note(d, {x: _described(best[x], ctx, kv) if x in best else None for x in named},
-                                      basis()))
-        if d != "none" and k < max_draft:
-            notes.append(f"at most {k} draft tokens instead of {max_draft}: their logits would not fit")
-        if uses_model(d) and speedup(d, k) <= 1.0:
-            notes.append(f"no draft of {d} is predicted to pay here: the controller will draft little")
-    if gpu is not None and ngl <= target.n_layer:
-        notes.append(f"{ngl} of {target.n_layer + 1} layers on {gpu.name}: more do not fit")
-    return Plan(budget, ctx, kv, nb, "read", d, k, fp, speedup(d, k), minimum, minimum_spec, notes, target, dm,
-                ngl if gpu is not None else 0, cfg.n_outputs_max, gpu)
+    def within_budget(self, budget: int) -> Plan:
+        """The best configuration that fits (the order of preference: `_search`)."""
+        r = self.req
+        if self.minimum > budget:
+            raise BudgetError(
+                f"a memory budget of {fmt_bytes(budget)} is too small for {_name(r.target)}: plain decoding needs "
+                f"at least {fmt_bytes(self.minimum)} (a {MIN_CTX}-token context, {_kv_types(r.gpu)[-1]} KV cache, "
+                f"this process's {fmt_bytes(r.baseline)} included)")
+        best = self._search(math.floor(budget * HEADROOM))
+        assert best, "the minimum fits, so the smallest context does"
+        d = max(best, key=lambda x: best[x][0])
+        _, ctx, kv, nb, k, ngl = best[d]
+        cfg = _config(ctx, kv, nb, d, k, ngl)
+        return self._plan(d, k, cfg, budget=budget, load="read", notes=self._notes(best, d))
+
+    def _contexts(self) -> list[int]:
+        """The context asked for, then halved down to MIN_CTX."""
+        ctxs, c = [], self.want_ctx
+        while c >= MIN_CTX:
+            ctxs.append(c)
+            c //= 2
+        if not ctxs or ctxs[-1] > MIN_CTX:
+            ctxs.append(min(MIN_CTX, self.want_ctx))
+        return ctxs
+
+    def _search(self, limit: int) -> dict[str, tuple]:
+        """Per drafter, its best (preference key, context, KV type, batch, draft length, GPU layers)
+        that fits `limit`: the model's own output first (a quantized KV cache changes it), then the
+        context, then a drafter named over a fallback, then the GPU's share, then predicted
+        throughput (which drafter named, how long a draft), then prefill batch."""
+        r, best = self.req, {}
+        for ctx in self._contexts():
+            for q, kv in enumerate(_kv_types(r.gpu)):
+                for d, tier in drafter_candidates(r.drafter, list(self.trims)):
+                    for ngl in _offload_candidates(r.target, r.gpu, ctx, kv):
+                        for nb in BATCHES:
+                            k = _largest_draft(r.target, limit, r.baseline, d, self.models.get(d), ctx, kv, nb,
+                                               r.max_draft, r.repack, ngl, r.gpu)
+                            if k is None:
+                                continue
+                            key = (-q, ctx, -tier, ngl, self.speedup(d, k), k, nb)
+                            if d not in best or key > best[d][0]:
+                                best[d] = (key, ctx, kv, nb, k, ngl)
+        return best
+
+    def _notes(self, best: dict[str, tuple], d: str) -> list[str]:
+        """What the budget cost the plan, against what was asked for."""
+        r = self.req
+        _, ctx, kv, _, k, ngl = best[d]
+        notes = []
+        if ctx < self.want_ctx:
+            notes.append(f"context {ctx} instead of {self.want_ctx}: a larger one does not fit")
+        if kv != "f16":
+            notes.append(f"KV cache quantized to {kv} (flash attention on) to fit")
+        if d not in self.named:
+            why = "none of them fits" if len(self.named) > 1 else f"{r.drafter} does not fit"
+            notes.append(f"drafter {d} instead of {r.drafter}: {why}")
+        else:
+            if len(self.named) > 1:
+                each = {x: _described(best[x], ctx, kv) if x in best else None for x in self.named}
+                notes.append(_choice_note(d, each, self.basis()))
+            if d != "none" and k < r.max_draft:
+                notes.append(f"at most {k} draft tokens instead of {r.max_draft}: their logits would not fit")
+            if uses_model(d) and self.speedup(d, k) <= 1.0:
+                notes.append(f"no draft of {d} is predicted to pay here: the controller will draft little")
+        if r.gpu is not None and ngl <= r.target.n_layer:
+            notes.append(f"{ngl} of {r.target.n_layer + 1} layers on {r.gpu.name}: more do not fit")
+        return notes
+
+    def _plan(self, d: str, k: int, cfg: ModelConfig, budget: int | None, load: str, notes: list[str]) -> Plan:
+        r, dm = self.req, self.models.get(d)
+        return Plan(budget=budget, n_ctx=cfg.n_ctx, kv_type=cfg.kv_type, n_batch=cfg.n_batch, load=load, drafter=d,
+                    max_draft=k, footprint=_predict(r.target, cfg, d, dm, r.baseline, r.repack, r.gpu),
+                    speedup=self.speedup(d, k), minimum=self.minimum, minimum_speculative=self.minimum_spec,
+                    notes=notes, target=r.target, drafter_model=dm,
+                    n_gpu_layers=cfg.gpu_layers if r.gpu is not None else 0,
+                    n_outputs_max=cfg.n_outputs_max if budget is not None else 0, gpu=r.gpu)
 
 
 def _drafter_models(named: Sequence[str], drafter_model) -> dict[str, ModelFacts]:
@@ -449,9 +491,9 @@ def plan_for_profile(target: ModelFacts, profile: "DeviceProfile", budget: int |
     batch_costs = [0.0] + [cost.eval_cost(n, n_past).seconds for n in range(1, max_draft + 2)]
     gpu = GpuMemory(profile.memory_bytes, profile.shared_memory, profile.description, driver=GPU_DRIVER_FIXED)
     try:
-        p = plan(target, profile.memory_bytes if budget is None else budget, drafter, drafter_model, n_ctx=n_ctx,
-                 max_draft=max_draft, baseline=baseline, batch_costs=batch_costs, gpu=gpu,
-                 cost_source=f"from {profile.name}'s roofline")
+        p = plan(PlanRequest(target, profile.memory_bytes if budget is None else budget, drafter, drafter_model,
+                             n_ctx=n_ctx, max_draft=max_draft, baseline=baseline, batch_costs=batch_costs, gpu=gpu,
+                             cost_source=f"from {profile.name}'s roofline"))
     except BudgetError as e:
         raise BudgetError(f"{profile.name}: {e}") from None
     p.notes.insert(0, f"PROJECTED for {profile.name}: its GPU driver's memory assumed to be {fmt_bytes(GPU_DRIVER_FIXED)}, "
@@ -485,46 +527,57 @@ def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: i
             return None
         raise BudgetError(f"memory budgets and a choice among drafters are planned for GGUF models (llama.cpp); "
                           f"{onnx[0]} is not one")
-    target = ModelFacts.from_gguf(target_file)
-    drafter_facts = {d: ModelFacts.from_gguf(p) for d, p in files.items()}
-    facts = [target, *drafter_facts.values()]
-    baseline = process_rss()["rss"]
+    req = PlanRequest(ModelFacts.from_gguf(target_file), budget, drafter,
+                      {d: ModelFacts.from_gguf(p) for d, p in files.items()}, n_ctx=n_ctx, max_draft=max_draft,
+                      baseline=process_rss()["rss"])
     gpu = gpu_memory(device)
-    if gpu is not None and len(drafter_facts) > 1:
-        raise BudgetError("a GPU plan takes one model drafter (its driver's memory is measured for that pair): "
-                          f"name one of {', '.join(drafter_facts)}")
-    if gpu is not None:  # a budget needs the driver's memory measured; a prediction uses it when known
-
-        widths = max_draft + 1 if drafter != "none" else 1  # the verification widths the plan may run
-        driver = measured(facts, device, gpu.name, BATCHES[0], widths, run=False)
-        if driver is None and budget is not None:  # refuse what cannot fit even without the driver before measuring it
-            try:
-                plan(target, budget, drafter, drafter_facts, n_ctx=n_ctx, max_draft=max_draft, baseline=baseline,
-                     gpu=replace(gpu, driver=0))
-            except BudgetError as e:
-                raise BudgetError(f"{e}, before the GPU driver's own memory") from None
-            driver = measured(facts, device, gpu.name, BATCHES[0], widths)
-        gpu = replace(gpu, driver=driver)
-    batch_costs, draft_costs = measured_costs(target_file, files, max_draft) if gpu is None else (None, {})
-    trims = trim_candidates(target, drafter_facts) if trim and budget is not None and gpu is None else {}
-    p = plan(target, budget, drafter, drafter_facts, n_ctx=n_ctx, max_draft=max_draft, baseline=baseline, gpu=gpu,
-             batch_costs=batch_costs, draft_costs=draft_costs, draft_accept=measured_acceptance(target_file, files),
-             trims=trims)
-    if p.drafter not in trims:
+    if gpu is not None:
+        req = replace(req, gpu=_with_driver(req, gpu, device))
+    else:
+        batch_costs, draft_costs = measured_costs(target_file, files, max_draft)
+        trims = trim_candidates(req.target, req.drafter_model) if trim and budget is not None else {}
+        req = replace(req, batch_costs=batch_costs, draft_costs=draft_costs, trims=trims)
+    p = plan(replace(req, draft_accept=measured_acceptance(target_file, files)))
+    if p.drafter not in (req.trims or {}):
         return p
+    return _with_trim(p, model_path, files[p.drafter.rsplit(TRIM_MARK, 1)[0]], req, device)
 
+
+def _with_driver(req: PlanRequest, gpu: GpuMemory, device: str) -> GpuMemory:
+    """The GPU with its driver's memory for these models: measured once per machine where a
+    budget needs it (a budget that cannot fit even without the driver is refused first), else
+    what an earlier measurement found (None: estimated)."""
+    models = req.drafter_model
+    if len(models) > 1:
+        raise BudgetError("a GPU plan takes one model drafter (its driver's memory is measured for that pair): "
+                          f"name one of {', '.join(models)}")
+    facts = [req.target, *models.values()]
+    widths = req.max_draft + 1 if req.drafter != "none" else 1  # the verification widths the plan may run
+    driver = measured(facts, device, gpu.name, BATCHES[0], widths, run=False)
+    if driver is None and req.budget is not None:
+        try:
+            plan(replace(req, gpu=replace(gpu, driver=0)))
+        except BudgetError as e:
+            raise BudgetError(f"{e}, before the GPU driver's own memory") from None
+        driver = measured(facts, device, gpu.name, BATCHES[0], widths)
+    return replace(gpu, driver=driver)
+
+
+def _with_trim(p: Plan, model_path, untrimmed: Path, req: PlanRequest, device: str) -> Plan:
+    """A plan that chose a VocabTrim'd drafter, made again on the trimmed file (built once into
+    the cache), or without it, saying why, where it cannot be built."""
     base, k = p.drafter.rsplit(TRIM_MARK, 1)
     name = base.removeprefix(HYBRID)
     try:
-        built = cached_trim(files[base], int(k))
+        built = cached_trim(untrimmed, int(k))
     except (ModelError, OSError) as e:  # a plan without the trim still runs: say why it is missing
-        q = make_plan(model_path, drafter, n_ctx, max_draft, budget, device, trim=False)
+        q = make_plan(model_path, req.drafter, req.n_ctx, req.max_draft, req.budget, device, trim=False)
         assert q is not None
         q.notes.insert(0, f"{name} could not be trimmed to fit ({e})")
         return q
     # planned again on the file itself: its own facts, and its measured costs once it has drafted
     hybrid = HYBRID if base.startswith(HYBRID) else ""
-    q = make_plan(model_path, hybrid + str(built), n_ctx, max_draft, budget, device, trim=False)
+    q = make_plan(model_path, hybrid + str(built), req.n_ctx, req.max_draft, req.budget, device, trim=False)
     assert q is not None
     q.notes.insert(0, f"{name} trimmed to its {k} most used tokens (VocabTrim, in {built.parent}): with its full "
                       f"vocabulary it does not fit at context {p.n_ctx}")

@@ -27,7 +27,8 @@ from edgespec.runtimes.fpga.cost import KV260, TELLME, Board, CostModel, Design,
 from edgespec.runtimes.fpga.tlmm import TERNARY_FILE, PackedTernary, load_packed, pack, ternarize, ternary_linear
 from edgespec.runtimes.hf_tokenizer import HFTokenizer
 from edgespec.runtimes.reference import ByteTokenizer, ReferenceModel, _rms
-from edgespec.spec.backend import Backend, Tokenizer
+from edgespec.speculative.backend import Backend, Tokenizer
+from edgespec.speculative.clock import Clock
 
 
 class TernaryModel:
@@ -175,9 +176,10 @@ class TernaryLlama:
         return self.head @ self._norm(row[None], self.final_norm)[0]
 
 
-class BoardTime:
+class BoardTime(Clock):
     """What a call would take on the board, per call: shared by the fpga-sim backend
-    and BoardClock. `calls` logs (tokens, n_past, board seconds) of every eval."""
+    and BoardClock, each the clock of the engine that runs on it. `calls` logs (tokens,
+    n_past, board seconds) of every eval."""
 
     cost: CostModel
     calls: list[tuple[int, int, float]]
@@ -190,7 +192,7 @@ class BoardTime:
         """Board time of every eval so far."""
         return sum(c[2] for c in self.calls)
 
-    def simulated_seconds(self, n: int, n_past: int) -> float:
+    def seconds(self, n: int, n_past: int) -> float:
         return self.cost.eval_cost(n, n_past).seconds
 
 

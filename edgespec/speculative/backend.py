@@ -104,17 +104,6 @@ class Backend(ABC):
     def memory(self) -> dict[str, int]:
         """Bytes held, by component (weights, kv_cache, logits, compute, ...)."""
 
-    def simulated_seconds(self, n: int, n_past: int) -> float | None:
-        """For a backend that simulates other hardware (fpga-sim): what evaluating n
-        tokens after n_past would take there. The controller then plans draft lengths
-        from that hardware's costs, not from this machine's clock. None: real time."""
-        return None
-
-    @property
-    def simulated(self) -> bool:
-        """Its costs are a simulation's: known, never timed on this machine, never cached."""
-        return self.simulated_seconds(1, 0) is not None
-
     def set_threads(self, n: int) -> bool:
         """Compute on n CPU threads from now on. False where the count is fixed (a GPU,
         a runtime that sets its thread pool once)."""

@@ -16,7 +16,7 @@ short drafts' rates and never tried).
 
 Only the declined draft itself is scored, not the proposals `auto` set aside for a
 better one: those come from the steps where another kind looked better, and scoring
-them taught `auto` to prefer kinds that then did worse where it chose them.
+them would teach `auto` to prefer kinds that do worse where it chooses them.
 
 What it gains, replayed, is in docs/design.md.
 """
@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from edgespec.spec.controller import AcceptanceModel
-from edgespec.spec.drafter import Draft
-from edgespec.spec.sequence import matched_so_far
+from edgespec.speculative.controller import AcceptanceModel
+from edgespec.speculative.drafter import Draft
+from edgespec.speculative.sequence import matched_so_far
 
 
 class Hindsight:
@@ -51,7 +51,7 @@ class Hindsight:
         for draft, start, matched, verified in self._pending:
             matched, decided = matched_so_far(draft.tokens, start, matched, history)
             if decided:
-                self.acceptance.record(draft.key, len(draft), matched, start=verified)
+                self.acceptance.record(draft.kind, len(draft), matched, start=verified)
             else:
                 waiting.append((draft, start, matched, verified))
         self._pending = waiting

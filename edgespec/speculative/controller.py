@@ -6,7 +6,7 @@ Two things are learned online:
   every verification; a size not yet measured is priced high (`prior_units`), and
   tried now and then where it would pay at the cheapest rows seen (`OPTIMISTIC_ROW`);
 - the acceptance rate at each draft position, separately for each kind of
-  draft (`Draft.key`: lookup with a long match is worth more than with one token).
+  draft (`Draft.kind`: lookup with a long match is worth more than with one token).
 
 With p_i the chance that draft token i is accepted given the ones before it, k
 draft tokens yield E(k) = 1 + sum_{j<=k} prod_{i<=j} p_i tokens per step, at the
@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from edgespec.speculative.drafter import Draft, Kind, ModelCost
 
 
 def acceptance_counts(ev: object) -> np.ndarray | None:
@@ -39,7 +41,7 @@ class AcceptanceModel:
     The prior of a kind is its long-run rate on this target where earlier runs kept
     one (`seed`), else a flat `prior`: at 0.5 a kind drafts nothing where two tokens
     cost over 1.5x one (E(1) = 1.5) until a probe (greedy: until the text shows what a
-    declined draft would have verified, `edgespec.spec.hindsight`), so a new process, or
+    declined draft would have verified, `edgespec.speculative.hindsight`), so a new process, or
     chat's first turn, would decode plainly at first even where the kind has always paid.
 
     Evidence belongs to one prompt (`new_context`): the same kind is accepted very
@@ -52,13 +54,13 @@ class AcceptanceModel:
     prior: float = 0.5
     prior_weight: float = 2.0
     decay: float = 0.95  # evidence fades over ~20 steps: a code block, then prose, is followed quickly
-    _decayed: dict[str, list[np.ndarray]] = field(default_factory=dict)  # this prompt's, fading: `decay`
-    _priors: dict[str, np.ndarray] = field(default_factory=dict)  # per-position: each kind's long-run rate
-    _counts: dict[str, list[np.ndarray]] = field(default_factory=dict)  # undecayed, since take_counts
-    _long: dict[str, list[np.ndarray]] = field(default_factory=dict)  # undecayed: seeded, and this process's
+    _decayed: dict[Kind, list[np.ndarray]] = field(default_factory=dict)  # this prompt's, fading: `decay`
+    _priors: dict[Kind, np.ndarray] = field(default_factory=dict)  # per-position: each kind's long-run rate
+    _counts: dict[Kind, list[np.ndarray]] = field(default_factory=dict)  # undecayed, since take_counts
+    _long: dict[Kind, list[np.ndarray]] = field(default_factory=dict)  # undecayed: seeded, and this process's
     # E(j) for j = 0..max_k per kind, until its evidence changes: asked several times a
     # step (every proposal auto weighs, then the one verified), changed once at most
-    _expected: dict[str, np.ndarray] = field(default_factory=dict)
+    _expected: dict[Kind, np.ndarray] = field(default_factory=dict)
 
     def _posterior(self, a: np.ndarray, t: np.ndarray) -> np.ndarray:
         # positions never tried borrow the key's pooled rate, not the flat prior:
@@ -67,7 +69,7 @@ class AcceptanceModel:
         pooled = (a.sum() + self.prior * self.prior_weight) / (t.sum() + self.prior_weight)
         return (a + pooled * self.prior_weight) / (t + self.prior_weight)
 
-    def rates(self, key: str) -> np.ndarray:
+    def rates(self, key: Kind) -> np.ndarray:
         pair, prior = self._decayed.get(key), self._priors.get(key)
         if pair is None:
             return np.full(self.max_k, self.prior) if prior is None else prior
@@ -76,7 +78,7 @@ class AcceptanceModel:
             return self._posterior(a, t)
         return (a + prior * self.prior_weight) / (t + self.prior_weight)
 
-    def record(self, key: str, k: int, n_accepted: int, start: int = 0) -> None:
+    def record(self, key: Kind, k: int, n_accepted: int, start: int = 0) -> None:
         """A draft of k tokens of which the first n_accepted were accepted. `start` > 0: its
         first `start` positions were recorded already (verified and accepted), and this is
         the rest of the same draft, decided later by the text."""
@@ -92,7 +94,7 @@ class AcceptanceModel:
             tried[start:reached] += 1
             accepted[start:n_accepted] += 1
 
-    def _pair(self, table: dict[str, list[np.ndarray]], key: str) -> list[np.ndarray]:
+    def _pair(self, table: dict[Kind, list[np.ndarray]], key: Kind) -> list[np.ndarray]:
         """[accepted, tried] per position of `key` in one of the tables, created at zero on
         first use (not as a setdefault default: record() runs every step)."""
         pair = table.get(key)
@@ -113,12 +115,14 @@ class AcceptanceModel:
         return _listed(self._long)
 
     def seed(self, counts: dict[str, list[list[float]]]) -> None:
-        """Take each kind's [accepted, tried] per position kept by earlier runs as its
-        prior (weighing `prior_weight` steps, so this run's own evidence soon leads)."""
+        """Take each kind's [accepted, tried] per position kept by earlier runs (by the
+        kind's name) as its prior (weighing `prior_weight` steps, so this run's own
+        evidence soon leads)."""
         self._expected.clear()
-        for key, ev in counts.items():
+        for name, ev in counts.items():
             c = acceptance_counts(ev)
             if c is not None:  # else not counts this model wrote
+                key = Kind.parse(name)
                 a, t = self._pair(self._long, key)
                 n = min(self.max_k, c.shape[1])
                 a[:n] += c[0, :n]
@@ -132,7 +136,7 @@ class AcceptanceModel:
         self._decayed.clear()
         self._expected.clear()
 
-    def expected_tokens(self, key: str, k: int) -> list[float]:
+    def expected_tokens(self, key: Kind, k: int) -> list[float]:
         """E(j) for j = 0..k: expected tokens per step when drafting j tokens."""
         e = self._expected.get(key)
         if e is None:
@@ -140,9 +144,9 @@ class AcceptanceModel:
         return e[: k + 1]
 
 
-def _listed(table: dict[str, list[np.ndarray]]) -> dict[str, list[list[float]]]:
-    """A table of [accepted, tried] arrays per kind as plain lists (JSON, a seed)."""
-    return {k: [a.tolist(), t.tolist()] for k, (a, t) in table.items()}
+def _listed(table: dict[Kind, list[np.ndarray]]) -> dict[str, list[list[float]]]:
+    """A table of [accepted, tried] arrays per kind as plain lists by the kind's name (JSON, a seed)."""
+    return {str(k): [a.tolist(), t.tolist()] for k, (a, t) in table.items()}
 
 
 def _expected(rates: list[float]) -> list[float]:
@@ -179,15 +183,11 @@ class CostModel:
     at calibration (every size at one moment), times the machine's current speed,
     times a slow correction per size.
 
-    Draft lengths are chosen by the ratios between sizes, so those must not be
-    made of timings from different moments. Refining each size on its own did
-    that: one 2-token step that stalled (a page fault, a burst on a shared core)
-    made drafting look dear, and as a size that is not drafted is not observed
-    again, the stale ratio stopped speculation for the rest of a run; a 1-token
-    cost left high by the same accident made it look cheap. Here every
-    observation moves the shared speed; a size's own correction learns only what
-    persists (decoding's real ratios against calibration's), and no single step
-    moves either by more than a factor of two.
+    Draft lengths are chosen by the ratios between sizes, so those must not be made
+    of timings from different moments (docs/design.md): every observation moves the
+    shared speed; a size's own correction learns only what persists (decoding's real
+    ratios against calibration's), and no single step moves either by more than a
+    factor of two.
 
     A size joins the curve once decoding ran it LEARN_AFTER times (their median);
     until then it is priced no lower than `prior_units` allows from the nearest
@@ -347,11 +347,6 @@ REALIZED_PRIOR = 2.0
 DRAFT_MARGIN = 0.05
 
 
-def family(key: str) -> str:
-    """The drafter a kind of draft comes from ("lookup" for "lookup/n4/c")."""
-    return key.split("/", 1)[0]
-
-
 class DraftController:
     """Chooses the draft length each step from learned acceptance and cost.
 
@@ -376,20 +371,20 @@ class DraftController:
         self.max_explore_every = max_explore_every
         self.probe_share = probe_share
         self._realized: dict[str, list[float]] = {}  # family -> [seconds taken, predicted], decayed
-        self._declined: dict[str, int] = {}
-        self._interval: dict[str, int] = {}  # declined steps between probes, per kind
-        self._probing: set[str] = set()
+        self._declined: dict[Kind, int] = {}
+        self._interval: dict[Kind, int] = {}  # declined steps between probes, per kind
+        self._probing: set[Kind] = set()
 
-    def realization(self, key: str) -> float:
+    def realization(self, key: Kind) -> float:
         """The time this family's recent batches were predicted to take, as a share of the
         time they took (1: as predicted; below 1: drafting costs more than the curve says)."""
-        r = self._realized.get(family(key))
+        r = self._realized.get(key.family)
         if r is None or not self.cost.calibrated:
             return 1.0
         w = REALIZED_PRIOR * self.cost.predict(1)  # steps that took as long as predicted
         return (r[1] + w) / (r[0] + w)
 
-    def _discount(self, key: str) -> float:
+    def _discount(self, key: Kind) -> float:
         """What a draft of this kind is predicted to gain is worth: its family's realization,
         less the margin a draft must clear (`DRAFT_MARGIN`)."""
         return self.realization(key) / (1 + DRAFT_MARGIN)
@@ -406,7 +401,7 @@ class DraftController:
             c[1:] += draft_seconds
         return c
 
-    def choose(self, key: str, available: int, draft_seconds: float = 0.0, per_token_seconds: float = 0.0,
+    def choose(self, key: Kind, available: int, draft_seconds: float = 0.0, per_token_seconds: float = 0.0,
                probe_seconds: float = 0.0, explore: bool = True) -> int:
         """How many of `available` tokens of kind `key` to verify (or, for a model
         drafter that pays `draft_seconds` per step and `per_token_seconds` per
@@ -438,7 +433,21 @@ class DraftController:
                 return 1
         return k
 
-    def _size_to_learn(self, key: str, best: int, e: np.ndarray, gain: np.ndarray, draft_seconds: float,
+    def draft_length(self, cost: ModelCost | None, available: int) -> int:
+        """How many tokens to ask a drafter for, at most `available`: a model drafter pays for
+        every token it drafts, so its length is chosen first, from its kind's acceptance and
+        its measured `cost` (0: none pays); a model-free one proposes freely and is cut after."""
+        if cost is None:
+            return available
+        return self.choose(cost.kind, available, cost.sync_seconds, cost.per_token, cost.probe_seconds)
+
+    def asked(self, cost: ModelCost | None, draft: Draft) -> None:
+        """A model drafter asked for a planned draft offered nothing (it was unsure): as costly
+        as a rejected token, so it is learned like one."""
+        if cost is not None and not len(draft):
+            self.record_nothing(cost.kind)
+
+    def _size_to_learn(self, key: Kind, best: int, e: np.ndarray, gain: np.ndarray, draft_seconds: float,
                        per_token_seconds: float) -> int:
         """The shortest draft longer than the `best` choice whose batch size is not measured
         yet and would beat it if its rows cost `OPTIMISTIC_ROW` (`CostModel.optimistic_costs`);
@@ -454,7 +463,7 @@ class DraftController:
         hopeful[1:] *= self._discount(key)
         return next((k for k in unmeasured if hopeful[k] > gain[best]), 0)
 
-    def expected_gain(self, key: str, available: int, per_token_seconds: float = 0.0) -> float:
+    def expected_gain(self, key: Kind, available: int, per_token_seconds: float = 0.0) -> float:
         """Best predicted speed-up over plain decoding for a proposal of this kind."""
         k_max = min(available, self.max_k)
         if k_max <= 0 or not self.cost.calibrated:
@@ -465,13 +474,13 @@ class DraftController:
         # in plain Python: auto asks this of every proposal, every step
         return max([e[0] / c[0] * c[0], *(e[j] / c[j] * c[0] * realized for j in range(1, k_max + 1))])
 
-    def record(self, key: str, k: int, n_accepted: int, n_evaluated: int, seconds: float) -> None:
+    def record(self, key: Kind, k: int, n_accepted: int, n_evaluated: int, seconds: float) -> None:
         self._realize(key, k, n_evaluated, seconds)
         self.acceptance.record(key, k, n_accepted)
         self.cost.observe(n_evaluated, seconds)
         self._probed(key, n_accepted > 0)
 
-    def _realize(self, key: str, k: int, n_evaluated: int, seconds: float) -> None:
+    def _realize(self, key: Kind, k: int, n_evaluated: int, seconds: float) -> None:
         """Add a verified draft's batch time and its prediction (before the step refines the
         curve) to its family's; every family's fade."""
         for r in self._realized.values():
@@ -479,17 +488,17 @@ class DraftController:
             r[1] *= REALIZED_DECAY
         if k <= 0 or not self.cost.calibrated or seconds <= 0:
             return
-        r = self._realized.setdefault(family(key), [0.0, 0.0])
+        r = self._realized.setdefault(key.family, [0.0, 0.0])
         r[0] += seconds
         r[1] += float(self.cost.costs()[n_evaluated])
 
-    def record_nothing(self, key: str) -> None:
+    def record_nothing(self, key: Kind) -> None:
         """A model drafter was asked and proposed nothing (it was unsure): as
         costly as a rejected token, so it is learned like one."""
         self.acceptance.record(key, 1, 0)
         self._probed(key, False)
 
-    def _probed(self, key: str, success: bool) -> None:
+    def _probed(self, key: Kind, success: bool) -> None:
         if key in self._probing:
             self._probing.discard(key)
             interval = self._interval.get(key, self.explore_every)

@@ -2,7 +2,7 @@
 against the same generation through the Python API (what `edgespec generate`
 runs), same model, drafter and prompts, interleaved in one run.
 
-    python -m edgespec.apps.server_bench -m qwen2.5-coder-1.5b -d auto -n 128
+    python3 -m edgespec.bench.server -m qwen2.5-coder-1.5b -d auto -n 128
 
 Both sides are timed the way a user sees them: from the first streamed piece to
 the last, so prefill is excluded alike. The server runs in its own process, as
@@ -127,7 +127,7 @@ def main(
               f"{statistics.median(r['server_engine_tokens_per_s'] for r in results):.2f}", f"{srv_tps / api_tps:.3f}")
     console.print(t)
     if json_path:  # a record: `edgespec bench --markdown FILE` prints its table, the docs regenerate it
-        json_path.write_text(json.dumps(record(results, model, "python -m edgespec.apps.server_bench", kind=SERVER,
+        json_path.write_text(json.dumps(record(results, model, "python3 -m edgespec.bench.server", kind=SERVER,
                                                drafter=drafter, max_tokens=max_tokens), indent=2))
 
 

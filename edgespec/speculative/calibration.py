@@ -2,9 +2,10 @@
 
 The batch-cost curve is a property of the machine and build, not of the
 conversation: what decoding learned of it is kept, and the next process starts
-from it and refines it. A model drafter's
-step (one drafted token, as generation measured it) is kept the same way, so the
-memory planner can weigh drafters by what they cost here before loading any.
+from it and refines it. A model drafter's step (one drafted token, as generation
+measured it) is kept the same way, so the memory planner can weigh drafters by
+what they cost here before loading any; and so is each kind's greedy acceptance
+against a target, which the next process's controller starts from.
 """
 
 from __future__ import annotations
@@ -22,12 +23,10 @@ import numpy as np
 import platformdirs
 
 from edgespec.files import write_json
-from edgespec.spec.controller import CostModel, acceptance_counts
+from edgespec.speculative.controller import CostModel, acceptance_counts
 
 
-# curves written before the median-of-three calibration and the shared speed factor
-# (format 1) mixed timings from different moments into one shape: they are learned again
-CURVE_FORMAT = 2
+CURVE_FORMAT = 2  # a curve kept in another format is learned again
 DRAFTER_STEP = "drafter-step|"  # prefixes a drafter backend's cost key for its step cost
 MIN_STEPS = 16  # drafted tokens before a drafter's mean cost is worth keeping
 CALIBRATION_ENV = "EDGESPEC_CALIBRATION"
@@ -99,12 +98,12 @@ def latest(prefix: str, device: str = "CPU") -> dict[int, float] | None:
 
 def save_drafter_steps(steps: Iterable[tuple[Any, tuple[int, float]]]) -> None:
     """Keep what one drafted token costs each model drafter under its backend's cost key,
-    from (drafter, (drafted tokens, their seconds)) pairs (see ModelDrafter.token_cost)."""
-    for d, (n, seconds) in steps:
+    from (ModelCost, (drafted tokens, their seconds)) pairs (see ModelCost.token_cost)."""
+    for c, (n, seconds) in steps:
         if n < MIN_STEPS:
             continue
         try:
-            key = d.backend.cost_key()
+            key = c.backend.cost_key()
         except OSError:  # the model file went away: nothing to key the measurement by
             continue
         if key is not None:
@@ -119,13 +118,13 @@ def _pair_key(target: str | os.PathLike, drafter: str | os.PathLike) -> str:
     return f"{ACCEPTANCE}{model_prefix(target)}|{model_prefix(drafter)}"
 
 
-def save_acceptance(target: str | os.PathLike, drafters: Iterable, by_key: dict[str, list[int]]) -> None:
+def save_acceptance(target: str | os.PathLike, models: Iterable, by_key: dict[str, list[int]]) -> None:
     """Add one greedy generation's drafted and accepted tokens (GenerationStats.by_key) to
-    each model drafter's running count against this target: what the planner expects of
-    the pair next time instead of its prior."""
-    for d in drafters:
-        drafted, accepted = by_key.get(d.model_key or "", (0, 0))
-        path = d.backend.path
+    each model drafter's (ModelCost's) running count against this target: what the planner
+    expects of the pair next time instead of its prior."""
+    for c in models:
+        drafted, accepted = by_key.get(c.kind.family, (0, 0))
+        path = c.backend.path
         if drafted < MIN_STEPS or path is None:
             continue
         try:
@@ -150,29 +149,28 @@ def acceptance(target: str | os.PathLike, drafter: str | os.PathLike, minimum: i
 KINDS = "kinds|"  # prefixes a target's model prefix for the controller's per-kind greedy acceptance
 
 
-def _stored_names(drafters: Iterable) -> dict[str, str]:
+def _stored_names(models: Iterable) -> dict[str, str]:
     """A model drafter's kind ("model", "xvocab") is kept per drafter model file: what one
     drafter model learned says nothing of another's."""
-    return {d.model_key: f"{d.model_key}|{model_prefix(d.backend.path)}"
-            for d in drafters if d.model_key and d.backend.path is not None}
+    return {str(c.kind): f"{c.kind}|{model_prefix(c.backend.path)}" for c in models if c.backend.path is not None}
 
 
-def save_kinds(target: str | os.PathLike, drafters: Iterable, counts: dict[str, list]) -> None:
+def save_kinds(target: str | os.PathLike, models: Iterable, counts: dict[str, list]) -> None:
     """Add one greedy generation's AcceptanceModel.take_counts() to the long-run counts kept
     for this target, which the next process starts from (AcceptanceModel.seed). Past
     ACCEPT_WINDOW tries at a kind's first position its older half is dropped."""
     if not counts:  # nothing drafted: the kept counts stand as they are
         return
-    drafters = list(drafters)
+    models = list(models)
     try:
         key = KINDS + model_prefix(target)
-        names = _stored_names(drafters)
+        names = _stored_names(models)
     except OSError:  # a model file went away: nothing to key it by
         return
-    models = {d.model_key for d in drafters}
+    model_kinds = {str(c.kind) for c in models}
     kept = _read_kinds(key)
     for kind, (acc, tries) in counts.items():
-        if kind in models and kind not in names:
+        if kind in model_kinds and kind not in names:
             continue  # a model drafter with no file to tell it by
         name = names.get(kind, kind)
         new = np.array([acc, tries], dtype=float)  # take_counts() wrote them: well formed
@@ -187,11 +185,12 @@ def save_kinds(target: str | os.PathLike, drafters: Iterable, counts: dict[str, 
     _write_json(key, {"key": key, "kinds": kept})
 
 
-def load_kinds(target: str | os.PathLike, drafters: Iterable) -> dict[str, list]:
-    """The counts save_kinds kept for this target, by the controller's kinds for these drafters."""
+def load_kinds(target: str | os.PathLike, models: Iterable) -> dict[str, list]:
+    """The counts save_kinds kept for this target, by the names of the controller's kinds
+    for these model drafters (ModelCost) and the model-free ones."""
     try:
         key = KINDS + model_prefix(target)
-        mine = {stored: k for k, stored in _stored_names(drafters).items()}
+        mine = {stored: k for k, stored in _stored_names(models).items()}
     except OSError:
         return {}
     return {mine.get(stored, stored): ev for stored, ev in _read_kinds(key).items()

@@ -20,8 +20,8 @@ import weakref
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from edgespec.spec.controller import CostModel
-from edgespec.spec.cpu_load import MIN_SECONDS, OtherLoad
+from edgespec.speculative.controller import CostModel
+from edgespec.speculative.cpu_load import MIN_SECONDS, OtherLoad
 
 SETTLE_S = 1.0  # after an answer, before timing: a chat's next turn or a server's next request often follows at once
 BURST_S = 2.0  # batches timed between two readings of other programs' load

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from edgespec.speculative.drafter import Kind
+
 
 @dataclass
 class GenerationStats:
@@ -25,9 +27,9 @@ class GenerationStats:
     other_cores: float | None = None  # cores other processes kept busy meanwhile (cpu_load.py)
     threads: int | None = None  # CPU threads the target computed on (None: not a CPU thread pool)
     threads_most: int | None = None  # what they may grow to: fewer while other programs hold cores
-    by_key: dict[str, list[int]] = field(default_factory=dict)  # key -> [drafted, accepted]
+    by_key: dict[str, list[int]] = field(default_factory=dict)  # drafter family -> [drafted, accepted]
 
-    def record_step(self, key: str, k: int, n_accepted: int) -> None:
+    def record_step(self, kind: Kind, k: int, n_accepted: int) -> None:
         self.steps += 1
         self.drafted += k
         self.accepted += n_accepted
@@ -39,7 +41,7 @@ class GenerationStats:
                 self.position_tried[i] += 1
             for i in range(n_accepted):
                 self.position_accepted[i] += 1
-            d = self.by_key.setdefault(key.split("/")[0], [0, 0])
+            d = self.by_key.setdefault(kind.family, [0, 0])
             d[0] += k
             d[1] += n_accepted
 
