@@ -65,13 +65,13 @@ class Served:
     created: int
 
 
-def served(request: Request) -> Served:
+async def served(request: Request) -> Served:  # async: dependencies run on the event loop, not in a thread
     return request.app.state.served
 
 
-def authorize(request: Request) -> None:
+async def authorize(request: Request) -> None:
     """With an API key, every /v1 request must carry it (OpenAI's Bearer header)."""
-    api_key = served(request).api_key
+    api_key = request.app.state.served.api_key
     if api_key is None:
         return
     given = request.headers.get("authorization", "")
