@@ -6,6 +6,7 @@ ten longest functions."""
 from __future__ import annotations
 
 import ast
+import functools
 import graphlib
 from pathlib import Path
 
@@ -15,6 +16,7 @@ NAMESPACE = {"edgespec": "edgespec", "export": "edgespec.export", "runtimes": "e
 DECODE_PATH = ("edgespec/speculative/engine.py", "edgespec/speculative/controller.py", "edgespec/speculative/verifier.py", "edgespec/drafters/")
 
 
+@functools.cache
 def function_lengths() -> list[tuple[int, str]]:
     """(lines, 'file:line name') for every function of the package, longest first."""
     rows = []
