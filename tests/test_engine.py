@@ -1,5 +1,5 @@
 """The speculation loop on a fake target and fake drafters: the KV-cache invariant and the
-drafter's step contract, with nothing learned on disk and no model."""
+drafter's step contract, with nothing learned on disk, no load read and no model."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import pytest
 
 from edgespec.drafters import REGISTRY, make_drafter
+from edgespec.speculative import engine as engine_module, threads as threads_module
 from edgespec.speculative.controller import DraftController
 from edgespec.speculative.drafter import EMPTY, Draft, Drafter, Kind, ModelCost
 from edgespec.speculative.engine import Engine
@@ -17,6 +19,27 @@ from edgespec.speculative.verifier import SamplingParams
 from helpers import ScriptedBackend, always_draft
 
 TEXT = "one two one two one two three, one two one two three."
+
+
+class NoOtherPrograms:
+    """Other programs' load as the engine reads it (cpu_load.py): none, and nothing read."""
+
+    def cores(self) -> float:
+        return 0.0
+
+    def seconds(self) -> float:
+        return 0.0
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(autouse=True)
+def machine_left_out(monkeypatch):
+    """The loop alone: the load beside it is the thread policy's business, not read here."""
+    for module in (engine_module, threads_module):
+        monkeypatch.setattr(module, "OtherLoad", NoOtherPrograms)
+    monkeypatch.setattr(threads_module, "RecentLoad", NoOtherPrograms)
 
 
 class CheckedBackend(ScriptedBackend):
