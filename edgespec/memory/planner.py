@@ -540,7 +540,7 @@ def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: i
     p = plan(replace(req, draft_accept=measured_acceptance(target_file, files)))
     if p.drafter not in (req.trims or {}):
         return p
-    return _with_trim(p, model_path, files[p.drafter.rsplit(TRIM_MARK, 1)[0]], req, device)
+    return _with_trim(p, model_path, files, req, device)
 
 
 def _with_driver(req: PlanRequest, gpu: GpuMemory, device: str) -> GpuMemory:
@@ -563,13 +563,13 @@ def _with_driver(req: PlanRequest, gpu: GpuMemory, device: str) -> GpuMemory:
     return replace(gpu, driver=driver)
 
 
-def _with_trim(p: Plan, model_path, untrimmed: Path, req: PlanRequest, device: str) -> Plan:
+def _with_trim(p: Plan, model_path, files: Mapping[str, Path], req: PlanRequest, device: str) -> Plan:
     """A plan that chose a VocabTrim'd drafter, made again on the trimmed file (built once into
     the cache), or without it, saying why, where it cannot be built."""
     base, k = p.drafter.rsplit(TRIM_MARK, 1)
     name = base.removeprefix(HYBRID)
     try:
-        built = cached_trim(untrimmed, int(k))
+        built = cached_trim(files[base], int(k))
     except (ModelError, OSError) as e:  # a plan without the trim still runs: say why it is missing
         q = make_plan(model_path, req.drafter, req.n_ctx, req.max_draft, req.budget, device, trim=False)
         assert q is not None
