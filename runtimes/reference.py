@@ -79,7 +79,18 @@ class ReferenceModel:
 
 
 def _rms(x: np.ndarray) -> np.ndarray:
-    return x / np.sqrt(np.mean(x * x) + 1e-6)
+    return x / np.sqrt(x @ x / x.size + 1e-6)
+
+
+def attend(q: np.ndarray, keys: np.ndarray, vals: np.ndarray, n_head: int) -> np.ndarray:
+    """One position's multi-head attention over the cache's `keys` and `vals` (positions x d),
+    every head at once: the same operations whatever batch the position came in."""
+    n, d = keys.shape
+    hd = d // n_head
+    heads = lambda a: a.reshape(n, n_head, hd).transpose(1, 0, 2)  # noqa: E731 (head, position, head_dim)
+    scores = (heads(keys) @ q.reshape(n_head, hd, 1))[..., 0] / np.sqrt(hd)
+    e = np.exp(scores - scores.max(axis=1, keepdims=True))
+    return ((e / e.sum(axis=1, keepdims=True))[:, None, :] @ heads(vals)).reshape(d)
 
 
 class ReferenceBackend(Backend):
@@ -102,19 +113,12 @@ class ReferenceBackend(Backend):
 
     def _step(self, token: int) -> np.ndarray:
         m, p = self.model, self._n_past
-        hd = m.d // m.n_head
         x = m.emb[token] + m.pos[p]
         for li, w in enumerate(m.layers):
             h = _rms(x)
             q, k, v = h @ w["wq"], h @ w["wk"], h @ w["wv"]
             self._k[li, p], self._v[li, p] = k, v
-            keys, vals = self._k[li, : p + 1], self._v[li, : p + 1]
-            att = np.empty(m.d)
-            for hh in range(m.n_head):
-                s = slice(hh * hd, (hh + 1) * hd)
-                scores = keys[:, s] @ q[s] / np.sqrt(hd)
-                e = np.exp(scores - scores.max())
-                att[s] = (e / e.sum()) @ vals[:, s]
+            att = attend(q, self._k[li, : p + 1], self._v[li, : p + 1], m.n_head)
             x = x + att @ w["wo"]
             h = _rms(x)
             x = x + np.tanh(h @ w["w1"]) @ w["w2"]

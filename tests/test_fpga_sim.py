@@ -91,22 +91,30 @@ def ternary_model():
     return TernaryModel(ReferenceModel(seed=7))
 
 
-@pytest.mark.parametrize("drafter", ["lookup", "ngram", "recycle", "auto"])
-def test_speculation_on_fpga_sim_equals_plain_decoding_on_it(ternary_model, drafter):
+@pytest.fixture(scope="module")
+def plain_on_fpga_sim(ternary_model):
+    """Each prompt (repeated, so n-gram drafters find matches) and its plain decoding on the simulation."""
     from prompts import PROMPTS
 
-    plain_backend = FpgaSimBackend(ternary_model)
-    plain = Engine(plain_backend)
+    plain = Engine(FpgaSimBackend(ternary_model))
+    runs = []
+    for prompt in PROMPTS[:8]:
+        ids = plain.backend.tokenizer.encode(prompt * 2)
+        plain.reset()
+        runs.append((ids, list(plain.generate(ids, 32))))
+    return runs
+
+
+@pytest.mark.parametrize("drafter", ["lookup", "ngram", "recycle", "auto"])
+def test_speculation_on_fpga_sim_equals_plain_decoding_on_it(ternary_model, plain_on_fpga_sim, drafter):
     backend = FpgaSimBackend(ternary_model)
     controller = always_draft(8)  # verify every proposal in full
     engine = Engine(backend, make_drafter(drafter, backend.n_vocab, controller), controller=controller,
                     calibrate=False, clock=backend)
     drafted = accepted = 0
-    for prompt in PROMPTS[:8]:
-        ids = backend.tokenizer.encode(prompt * 2)  # repeated, so n-gram drafters find matches
-        plain.reset()
+    for ids, expected in plain_on_fpga_sim:
         engine.reset()
-        assert list(engine.generate(ids, 32)) == list(plain.generate(ids, 32)), prompt[:30]
+        assert list(engine.generate(ids, 32)) == expected, backend.tokenizer.decode(ids)[:30]
         drafted += engine.last_stats.drafted
         accepted += engine.last_stats.accepted
     assert drafted > 0

@@ -20,6 +20,7 @@ import tiny_gguf
 from crafted_gguf import CRAFTED, STRING, UINT8, array, header_only
 from edgespec.errors import ModelError
 from edgespec.models.gguf_check import check_gguf, read_gguf
+from edgespec.models.gguf_probe import child_env
 from edgespec.models.store import check_model_file
 from helpers import assert_one_line_error, edgespec
 
@@ -30,7 +31,8 @@ LOAD = ("import sys; from llama_cpp import Llama; m = Llama(sys.argv[1], n_ctx=6
 
 def load_in_llama_cpp(path) -> int:
     """llama.cpp's own loader in a child process: its exit code (negative: killed by a signal)."""
-    return subprocess.run([sys.executable, "-c", LOAD, str(path)], capture_output=True, timeout=120).returncode
+    return subprocess.run([sys.executable, "-c", LOAD, str(path)], capture_output=True, timeout=120,
+                          env=child_env()).returncode
 
 
 def edgespec_generate(path) -> subprocess.CompletedProcess:

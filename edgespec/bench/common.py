@@ -14,6 +14,8 @@ from rich.console import Console
 
 from edgespec.errors import EdgespecError
 
+LCP = "llama-cpp-python"  # the default peer: its own generation, plain and with its prompt lookup
+
 # the prompts that ship with edgespec, by name: the 12 drafting was tuned on, 18 held out from that
 SHIPPED = {"shipped": ["bench_prompts"], "heldout": ["heldout_prompts"], "all": ["bench_prompts", "heldout_prompts"]}
 

@@ -23,7 +23,7 @@ from rich.table import Table
 
 from edgespec.api import EdgeSpec
 from edgespec.bench import llama_server
-from edgespec.bench.common import Run, encode_prompt, print_wide
+from edgespec.bench.common import LCP, Run, encode_prompt, print_wide
 from edgespec.bench.curves import BatchCurves
 from edgespec.bench.hf_assisted import hf_methods
 from edgespec.bench.hybrid_compare import INTERVAL, against_best_member, against_best_peer, against_plain, verdict
@@ -43,7 +43,6 @@ from edgespec.speculative.cpu_load import OtherLoad, contends
 from edgespec.speculative.verifier import SamplingParams
 
 PLAIN = "plain"
-LCP = "llama-cpp-python"
 PEER = "llama-cpp-python-lookup"
 LLAMA_SERVER, HF = "llama-server", "hf"
 PEERS = (LCP, LLAMA_SERVER, HF)  # what --peers names: llama-cpp-python's own Llama, llama.cpp's server, transformers

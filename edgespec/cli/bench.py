@@ -9,16 +9,9 @@ from typing import Optional
 
 import typer
 
-from edgespec.bench.common import load_prompts
-from edgespec.bench.fpga import print_fpga_rows, run_fpga_bench
-from edgespec.bench.record import markdown as tables, record
-from edgespec.bench.run import LCP, print_rows, run_bench
-from edgespec.bench.simulated import print_projection, run_projection
+from edgespec.bench.common import LCP
 from edgespec.cli.common import CtxOpt, MaxDraftOpt, ModelOpt, ThreadsOpt, app, err, fail, out, user_errors
 from edgespec.errors import EdgespecError
-from edgespec.runtimes.gpu.devices import DEVICES
-from edgespec.speculative import calibration
-from edgespec.speculative.verifier import SamplingParams
 
 
 @app.command()
@@ -71,6 +64,15 @@ def bench(
     --device cpu,gpu measures llama.cpp's Vulkan GPU beside the CPU;
     --device-profile adreno-750,apple-m3 projects phone and laptop GPUs)
     """
+    from edgespec.bench.common import load_prompts
+    from edgespec.bench.fpga import print_fpga_rows, run_fpga_bench
+    from edgespec.bench.record import markdown as tables, record
+    from edgespec.bench.run import print_rows, run_bench
+    from edgespec.bench.simulated import print_projection, run_projection
+    from edgespec.runtimes.gpu.devices import DEVICES
+    from edgespec.speculative import calibration
+    from edgespec.speculative.verifier import SamplingParams
+
     if markdown is not None:
         print(tables(json.loads(markdown.read_text())), end="")
         return

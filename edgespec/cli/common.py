@@ -9,12 +9,11 @@ import typer
 from rich.console import Console
 
 from edgespec import __version__
-from edgespec.api import EdgeSpec
-from edgespec.drafters import check_drafter
 from edgespec.errors import EdgespecError
-from edgespec.memory.planner import named_drafters
 from edgespec.models.store import DEFAULT_MODEL, resolve
-from edgespec.runtimes.gpu.devices import DEVICES, parse_ep_options
+
+# The commands import the engine, numpy and llama.cpp when they run, not at start:
+# `edgespec --help`, a refused file and a one-line error answer at once.
 
 app = typer.Typer(
     help="Lossless speculative decoding for on-device LLMs.",
@@ -93,6 +92,11 @@ def caused_by_interrupt(e: BaseException) -> bool:
 
 def load(model: str, drafter: str, ctx: int, threads: Optional[int], max_draft: int, budget: Optional[str] = None,
           device: str = "cpu", ep_options: Optional[list[str]] = None):
+    from edgespec.api import EdgeSpec
+    from edgespec.drafters import check_drafter
+    from edgespec.memory.planner import named_drafters
+    from edgespec.runtimes.gpu.devices import DEVICES, parse_ep_options
+
     if device not in DEVICES:
         fail(f"unknown --device {device!r}: choose one of {', '.join(DEVICES)}")
     options = parse_ep_options(ep_options or [])

@@ -14,7 +14,6 @@ from rich.console import Console
 from rich.table import Table
 
 from edgespec.cli.common import app, out, user_errors
-from edgespec.runtimes.gpu import devices as dv
 
 
 def diagnose() -> dict:
@@ -22,11 +21,12 @@ def diagnose() -> dict:
     import llama_cpp as ll
     import onnxruntime as ort
 
+    from edgespec.runtimes.gpu import devices as dv
+    from edgespec.runtimes.llamacpp import init_backend
+
     lib = dv._lib_dir()
     stamp = lib.parent / ".edgespec-build-flags"
     vk = dv.vulkan_devices()
-    from edgespec.runtimes.llamacpp import init_backend
-
     # what `--device gpu` sees: software Vulkan devices too, where there is no hardware GPU
     init_backend("gpu")
     ggml = dv.ggml_devices()

@@ -9,7 +9,6 @@ from typing import Optional
 import typer
 
 from edgespec.cli.common import ThreadsOpt, app, caused_by_interrupt, fail, out, user_errors
-from edgespec.export.pipeline import ExportPlan, run_export
 
 
 @app.command()
@@ -32,6 +31,8 @@ def export(
     Example: edgespec export smollm2-135m --to onnx -q int4 -o smollm2-int4
     (--to ternary writes BitNet b1.58 weights packed for table-lookup matmul: the fpga-sim backend runs it)
     """
+    from edgespec.export.pipeline import ExportPlan, run_export
+
     plan = ExportPlan(source, to, output, quant, trim_vocab, calib, force, threads, validate)
     try:
         manifest = run_export(plan, quiet=json_out)

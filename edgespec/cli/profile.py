@@ -8,14 +8,8 @@ from typing import Optional
 
 import typer
 
-from edgespec.bench.common import load_prompts
-from edgespec.bench.profile import plot, print_profile, print_sweep, run_profile, sweep
-from edgespec.bench.record import PROFILE, SWEEP, record
 from edgespec.cli.common import (BudgetOpt, CtxOpt, DeviceOpt, DrafterOpt, MaxDraftOpt, ThreadsOpt, app, err, fail, out,
                                  user_errors)
-from edgespec.memory.footprint import fmt_bytes, process_rss
-from edgespec.memory.planner import plain_footprint
-from edgespec.models.facts import ModelFacts
 from edgespec.models.store import DEFAULT_MODEL, model_file, resolve
 
 
@@ -45,6 +39,13 @@ def profile(
 
     Example: edgespec profile qwen2.5-coder-1.5b --memory-budget 1.5GB --sweep --plot memory.png
     """
+    from edgespec.bench.common import load_prompts
+    from edgespec.bench.profile import plot, print_profile, print_sweep, run_profile, sweep
+    from edgespec.bench.record import PROFILE, SWEEP, record
+    from edgespec.memory.footprint import fmt_bytes, process_rss
+    from edgespec.memory.planner import plain_footprint
+    from edgespec.models.facts import ModelFacts
+
     rows = [p for p in load_prompts(prompts, limit) if not category or p["category"] == category]
     if not rows:
         fail(f"no prompts of category {category!r}")

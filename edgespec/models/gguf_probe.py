@@ -14,6 +14,7 @@ Run as `python -m edgespec.models.gguf_probe FILE`: exit 0 when the file works.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import signal
 import subprocess
@@ -36,11 +37,17 @@ def header_digest(path: Path, header_bytes: int) -> str:
     return h.hexdigest()
 
 
+def child_env() -> dict[str, str]:
+    """This process's environment, less ggml's backtrace on a crash: it attaches a debugger
+    (a second or more) to print what nobody reads."""
+    return {**os.environ, "GGML_NO_BACKTRACE": "1"}
+
+
 def probe(path: Path) -> str | None:
     """None when llama.cpp loads and runs `path` in a child; else why not, in one line."""
     try:
         r = subprocess.run([sys.executable, "-m", "edgespec.models.gguf_probe", str(path)],
-                           capture_output=True, text=True, errors="replace", timeout=PROBE_TIMEOUT_S)
+                           capture_output=True, text=True, errors="replace", timeout=PROBE_TIMEOUT_S, env=child_env())
     except subprocess.TimeoutExpired:
         raise TimeoutError(f"llama.cpp took over {PROBE_TIMEOUT_S:.0f} s to load {path}") from None
     if r.returncode == 0:

@@ -23,7 +23,6 @@ import platformdirs
 from edgespec.errors import ModelError
 from edgespec.files import forget_gone, locked, scratch_beside, sha256_file, write_json
 from edgespec.models.export_check import check_export, check_onnx
-from edgespec.models.gguf_check import check_gguf
 from edgespec.models.gguf_probe import header_digest, probe
 
 CACHE_ENV = "EDGESPEC_CACHE"
@@ -299,6 +298,8 @@ def check_model_file(p: Path) -> None:
 
 
 def _first_check(p: Path, stamp: Path) -> dict:
+    from edgespec.models.gguf_check import check_gguf  # numpy and gguf load when a file is first checked
+
     header_bytes = check_gguf(p).header_bytes
     kept = _verdict_path(p, header_bytes)
     try:

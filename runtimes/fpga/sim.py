@@ -26,7 +26,7 @@ from edgespec.errors import ContextOverflowError
 from edgespec.runtimes.fpga.cost import KV260, TELLME, Board, CostModel, Design, Shape
 from edgespec.runtimes.fpga.tlmm import TERNARY_FILE, PackedTernary, load_packed, pack, ternarize, ternary_linear
 from edgespec.runtimes.hf_tokenizer import HFTokenizer
-from edgespec.runtimes.reference import ByteTokenizer, ReferenceModel, _rms
+from edgespec.runtimes.reference import ByteTokenizer, ReferenceModel, _rms, attend
 from edgespec.speculative.backend import Backend, Tokenizer
 from edgespec.speculative.clock import Clock
 
@@ -63,20 +63,14 @@ class TernaryModel:
 
     def forward(self, ids: np.ndarray, p0: int, kc: np.ndarray, vc: np.ndarray) -> np.ndarray:
         """Hidden states after the last block for tokens at positions p0.., filling the caches."""
-        n, hd = len(ids), self.d // self.n_head
+        n = len(ids)
         x = self.emb[ids] + self.pos[p0 : p0 + n]
         for li, w in enumerate(self.layers):
             h = np.stack([_rms(r) for r in x])
             q, k, v = (ternary_linear(h, w[name]) for name in ("wq", "wk", "wv"))
             kc[li, p0 : p0 + n], vc[li, p0 : p0 + n] = k, v
-            att = np.empty_like(q)
-            for i in range(n):  # causal: position p0 + i sees the cache up to itself
-                keys, vals = kc[li, : p0 + i + 1], vc[li, : p0 + i + 1]
-                for hh in range(self.n_head):
-                    s = slice(hh * hd, (hh + 1) * hd)
-                    scores = keys[:, s] @ q[i, s] / np.sqrt(hd)
-                    e = np.exp(scores - scores.max())
-                    att[i, s] = (e / e.sum()) @ vals[:, s]
+            # causal: position p0 + i sees the cache up to itself
+            att = np.stack([attend(q[i], kc[li, : p0 + i + 1], vc[li, : p0 + i + 1], self.n_head) for i in range(n)])
             x = x + ternary_linear(att, w["wo"])
             h = np.stack([_rms(r) for r in x])
             x = x + ternary_linear(np.tanh(ternary_linear(h, w["w1"])), w["w2"])
