@@ -10,9 +10,10 @@
 from __future__ import annotations
 
 import codecs
+import json
 import threading
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -29,6 +30,7 @@ from edgespec.speculative.clock import Clock
 from edgespec.speculative.controller import DraftController
 from edgespec.speculative.drafter import drafter_backends
 from edgespec.speculative.engine import Engine
+from edgespec.speculative.grammar import Grammar
 from edgespec.speculative.stats import GenerationStats
 from edgespec.speculative.verifier import SamplingParams
 
@@ -44,6 +46,14 @@ class Completion:
     token_ids: list[int]
     finish_reason: str
     stats: GenerationStats
+    structured: bool = False  # asked for JSON (json_schema, response_format)
+
+    @property
+    def parsed(self) -> Any:
+        """The answer's JSON value, when JSON was asked for and the answer ran to its end; else None."""
+        if not self.structured or self.finish_reason != "stop":
+            return None
+        return json.loads(self.text)
 
     def to_dict(self) -> dict:
         return {
@@ -227,27 +237,49 @@ class EdgeSpec:
         seed: int | None = None,
         stop: Sequence[str] = (),
         cancel: threading.Event | None = None,
+        json_schema: dict | str | None = None,
+        response_format: dict | None = None,
+        grammar: Grammar | None = None,
     ) -> Stream:
         """Stream the completion of `prompt_ids`. `cancel`, when given, is the event
-        that stops it (so a caller can cancel before the first piece exists)."""
+        that stops it (so a caller can cancel before the first piece exists).
+
+        The answer follows at most one of: `json_schema` (JSON valid against it),
+        `response_format` (OpenAI's: text, json_object, json_schema) or a compiled `grammar`;
+        `completion.parsed` is then its JSON value."""
         n_vocab = self.tokenizer.n_vocab
         bad = next((t for t in prompt_ids if not 0 <= t < n_vocab), None)
         if bad is not None:  # caught here: native backends would abort, numpy ones wrap negative ids
             raise ValueError(f"prompt token id {bad} is outside the vocabulary (0..{n_vocab - 1})")
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        if sum(x is not None for x in (json_schema, response_format, grammar)) > 1:
+            raise EdgespecError("ask for one of json_schema, response_format and grammar")
+        if grammar is None:
+            grammar = self.grammar(json_schema=json_schema, response_format=response_format)
         cancel = cancel or threading.Event()
         stream = Stream(iter(()), cancel, list(prompt_ids))
-        stream._pieces = self._pieces(stream, params, max_tokens, list(stop))
+        stream._pieces = self._pieces(stream, params, max_tokens, list(stop), grammar)
         return stream
 
-    def _pieces(self, stream: Stream, params: SamplingParams, max_tokens: int, stop: list[str]) -> Iterator[str]:
+    def grammar(self, json_schema: dict | str | None = None, response_format: dict | None = None) -> Grammar | None:
+        """The compiled grammar of a `json_schema` or an OpenAI `response_format` (None: free text),
+        ready for this model's vocabulary; GrammarError names what cannot be compiled."""
+        grammar = Grammar.json_schema(json_schema) if json_schema is not None else \
+            Grammar.response_format(response_format)
+        if grammar is not None:
+            grammar.constraint(self.tokenizer)  # the vocabulary's view is built here, once per model
+        return grammar
+
+    def _pieces(self, stream: Stream, params: SamplingParams, max_tokens: int, stop: list[str],
+                grammar: Grammar | None) -> Iterator[str]:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         text = ""
         emitted = 0  # characters of `text` already yielded
         hold = max((len(s) for s in stop), default=1) - 1  # a stop string may still be forming
         finish = None
         self._active = stream._cancel
-        gen = self.engine.generate(stream.prompt_ids, max_tokens, params, stream._cancel)
+        constraint = grammar.constraint(self.tokenizer) if grammar is not None else None
+        gen = self.engine.generate(stream.prompt_ids, max_tokens, params, stream._cancel, constraint)
         try:
             for tok in gen:
                 stream.token_ids.append(tok)
@@ -268,7 +300,8 @@ class EdgeSpec:
         if len(text) > emitted:
             yield text[emitted:]
         st = self.engine.last_stats
-        stream.completion = Completion(text, stream.prompt_ids, stream.token_ids, finish or st.finish_reason, st)
+        stream.completion = Completion(text, stream.prompt_ids, stream.token_ids, finish or st.finish_reason, st,
+                                       structured=grammar is not None)
 
     def stream(self, prompt: str, **kw) -> Stream:
         """Stream a plain completion of `prompt` (no chat template)."""

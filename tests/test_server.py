@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -207,3 +208,47 @@ def test_api_key_and_closed_cors():
         preflight = httpx.options(srv.url + "/chat/completions", headers={
             "Origin": "https://evil.example", "Access-Control-Request-Method": "POST"})
         assert "access-control-allow-origin" not in preflight.headers
+
+
+CITY = {"type": "object", "additionalProperties": False, "required": ["city", "country"],
+        "properties": {"city": {"type": "string", "maxLength": 40}, "country": {"type": "string", "maxLength": 40}}}
+ASK_CITY = [{"role": "user", "content": "Name the capital of France and its country, as JSON."}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_response_format_json_schema_answers_json_that_validates(client, stream):
+    import jsonschema
+
+    fmt = {"type": "json_schema", "json_schema": {"name": "city", "schema": CITY, "strict": True}}
+    r = client.chat.completions.create(model=MODEL, messages=ASK_CITY, response_format=fmt, max_tokens=120,
+                                       temperature=0, stream=stream)
+    text = "".join(c.choices[0].delta.content or "" for c in r) if stream else r.choices[0].message.content
+    jsonschema.validate(json.loads(text), CITY)
+
+
+def test_the_openai_client_parses_into_a_pydantic_model(client):
+    from pydantic import BaseModel, Field
+
+    class City(BaseModel):
+        city: str = Field(max_length=40)
+        country: str = Field(max_length=40)
+
+    r = client.chat.completions.parse(model=MODEL, messages=ASK_CITY, response_format=City, max_tokens=120)
+    assert isinstance(r.choices[0].message.parsed, City)
+
+
+def test_response_format_json_object_answers_an_object(client):
+    r = client.chat.completions.create(model=MODEL, messages=ASK_CITY, response_format={"type": "json_object"},
+                                       max_tokens=200, temperature=0)
+    assert r.choices[0].finish_reason == "stop"
+    assert isinstance(json.loads(r.choices[0].message.content), dict)
+
+
+def test_a_schema_that_cannot_be_compiled_is_a_400_naming_it(server):
+    body = {"model": MODEL, "messages": ASK_CITY,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strin"}}}}
+    r = httpx.post(f"{server}/chat/completions", json=body, timeout=30)
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["param"] == "response_format" and "cannot be compiled" in err["message"]
+    assert health(server.removesuffix("/v1"))["status"] == "ok"

@@ -179,7 +179,10 @@ async def completions(request: Request, s: Served = Depends(served)) -> Response
 async def _answer(request: Request, s: Served, req: SamplingFields, ids: list[int], max_tokens: int | None,
                   chat: bool) -> Response:
     """Queue the generation; stream its pieces as server-sent events, or answer once it ends."""
-    job = Job(ids, _options(s, req, ids, max_tokens, chat), req.cache_prompt, asyncio.get_running_loop())
+    options = _options(s, req, ids, max_tokens, chat)
+    if req.response_format is not None:  # compiled off the event loop: a large schema takes a while
+        options["grammar"] = await s.prompts.run(s.llm.grammar, None, req.response_format, param="response_format")
+    job = Job(ids, options, req.cache_prompt, asyncio.get_running_loop())
     s.worker.submit(job)
     if s.limits.timeout_s:
         job.loop.call_later(s.limits.timeout_s, job.expire)

@@ -68,6 +68,7 @@ class SamplingFields(_Body):
     frequency_penalty: Optional[float] = None
     presence_penalty: Optional[float] = None
     tools: Optional[list[Any]] = None
+    response_format: Optional[dict[str, Any]] = None  # text, json_object or json_schema (grammar.py)
 
 
 class ChatRequest(SamplingFields):

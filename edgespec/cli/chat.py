@@ -32,6 +32,8 @@ def chat(
     ep_option: list[str] = EpOpt,
     plain: bool = typer.Option(False, "--plain", help="Print answers as plain text (a terminal otherwise gets "
                                "them rendered as Markdown while they stream)."),
+    json_answers: bool = typer.Option(False, "--json", help="Every answer is a JSON object (OpenAI's "
+                                      "response_format json_object), printed as it streams."),
 ) -> None:
     """Chat in the terminal. Commands: /reset, /stats, /memory, /quit.
 
@@ -39,6 +41,7 @@ def chat(
     Example: edgespec chat -m smollm2-135m --memory-budget 400MB
     """
     llm = load(model, drafter, ctx, threads, max_draft, memory_budget, device, ep_option)
+    grammar = llm.grammar(response_format={"type": "json_object"}) if json_answers else None
     base = [{"role": "system", "content": system}] if system else []
     messages = list(base)
     err.print(f"[dim]edgespec chat · {llm.model_name} · drafter {llm.drafter_name} · /reset /stats /memory /quit[/]", highlight=False)
@@ -76,9 +79,9 @@ def chat(
             err.print(f"[bold red]error:[/] {e}; the message was not sent, the chat goes on", highlight=False,
                       soft_wrap=True)
             continue
-        stream = llm.stream_ids(ids, max_tokens=max_tokens, temperature=temperature, seed=seed)
+        stream = llm.stream_ids(ids, max_tokens=max_tokens, temperature=temperature, seed=seed, grammar=grammar)
         with _ctrl_c_cancels(stream):
-            _show_answer(stream, markdown=not plain and out.is_terminal)
+            _show_answer(stream, markdown=not (plain or json_answers) and out.is_terminal)
         messages.append({"role": "assistant", "content": stream.completion.text})
         err.print(f"[dim]{stream.completion.stats.summary()}[/]", highlight=False)
 

@@ -57,6 +57,7 @@ class Draft:
     tokens: list[int] = field(default_factory=list)
     kind: Kind = Kind("")
     probs: np.ndarray | None = None
+    forced: int = 0  # its first tokens are the only ones a grammar allows (grammar.py): no drafter's
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -64,7 +65,27 @@ class Draft:
     def truncated(self, k: int) -> "Draft":
         if k >= len(self.tokens):
             return self
-        return Draft(self.tokens[:k], self.kind, None if self.probs is None else self.probs[:k])
+        return Draft(self.tokens[:k], self.kind, None if self.probs is None else self.probs[:k], min(self.forced, k))
+
+    def after(self, forced: list[int]) -> "Draft":
+        """The grammar's forced tokens, then this draft: drawn from nowhere, their rows are one-hot."""
+        if not forced:
+            return self
+        probs = self.probs
+        if probs is not None:
+            rows = np.zeros((len(forced), max(probs.shape[1], max(forced) + 1)), dtype=probs.dtype)
+            rows[np.arange(len(forced)), forced] = 1.0
+            probs = np.concatenate([rows, np.pad(probs, ((0, 0), (0, rows.shape[1] - probs.shape[1])))])
+        return Draft([*forced, *self.tokens], self.kind if self.tokens else Kind("forced"), probs,
+                     self.forced + len(forced))
+
+    def legal(self, n: int) -> "Draft":
+        """The first n tokens, the rest refused by a grammar. A sampled draft keeps the row the
+        refused token was drawn from: verification treats that draw as rejected (verifier.py)."""
+        if n >= len(self.tokens):
+            return self
+        cut = self.truncated(n)
+        return cut if self.probs is None else Draft(cut.tokens, cut.kind, self.probs[: n + 1], cut.forced)
 
     def through_end(self, is_eog: Callable[[int], bool]) -> "Draft":
         """The draft up to its first end-of-generation token, included. The answer ends there

@@ -14,16 +14,16 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from edgespec.errors import ContextOverflowError, EdgespecError
 from edgespec.speculative.backend import Backend
 from edgespec.speculative.clock import Clock
 from edgespec.speculative.controller import DraftController
 from edgespec.speculative.cpu_load import OtherLoad
 from edgespec.speculative.drafter import EMPTY, Draft, Drafter, drafter_backends
+from edgespec.speculative.grammar import Constraint, Unconstrained
 from edgespec.speculative.hindsight import Hindsight
 from edgespec.speculative.idle import IdleTiming, gate_of
 from edgespec.speculative.learned import Learned
-from edgespec.speculative.sequence import common_prefix
+from edgespec.speculative.sequence import checked_request, common_prefix
 from edgespec.speculative.stats import GenerationStats
 from edgespec.speculative.threads import ThreadFitting
 from edgespec.speculative.verifier import SamplingParams, sample, verify_greedy, verify_sampling
@@ -48,6 +48,7 @@ class Engine:
         self.threads = ThreadFitting(backend, adapt_threads, drafter_backends(drafter), self.learned.threads_changed)
         self.cached: list[int] = []
         self.last_stats = GenerationStats()
+        self.grammar: Unconstrained = Unconstrained()  # the generation's (generate's `constraint`)
         self._gate = gate_of(backend)  # one generation at a time per backend, idle timing between them
         timing = idle_timing and self.learned.keep and clock is None
         self._idle_timing = IdleTiming(self._gate, self.controller.cost, self._time_idle_batch,
@@ -94,20 +95,13 @@ class Engine:
             self.cached = []
 
     def generate(self, prompt: Sequence[int], max_tokens: int = 256, params: SamplingParams | None = None,
-                 cancel: threading.Event | None = None) -> Iterator[int]:
+                 cancel: threading.Event | None = None, constraint: Constraint | None = None) -> Iterator[int]:
         """Yield generated token ids; statistics land in `self.last_stats`. End-of-generation
-        tokens stop the stream and are not yielded."""
-        prompt, n_ctx = list(prompt), self.backend.n_ctx
-        if not prompt:
-            raise EdgespecError("the prompt is empty")
-        if max_tokens < 1:
-            raise EdgespecError(f"max_tokens must be at least 1, not {max_tokens}")
-        if len(prompt) >= n_ctx:
-            raise ContextOverflowError(f"the prompt is {len(prompt)} tokens; the context holds {n_ctx} "
-                                       "(leave room for the answer)")
-        params = params or SamplingParams()
+        tokens stop the stream and are not yielded. `constraint`: a grammar the answer follows."""
+        prompt = checked_request(prompt, max_tokens, self.backend.n_ctx)
         with self._gate.generation():
-            yield from self._generate(prompt, max_tokens, params, cancel)
+            self.grammar = constraint or Unconstrained()
+            yield from self._generate(prompt, max_tokens, params or SamplingParams(), cancel)
 
     def _generate(self, prompt: list[int], max_tokens: int, params: SamplingParams,
                   cancel: threading.Event | None) -> Iterator[int]:
@@ -152,9 +146,11 @@ class Engine:
         keep = min(common_prefix(self.cached, prompt), len(prompt) - 1)
         b.rollback(keep)
         self.cached = self.cached[:keep]
-        logits = b.eval(prompt[keep:], n_logits=1)[0]
+        logits = self.grammar.masked([], b.eval(prompt[keep:], n_logits=1), params.greedy)[0]
         self.cached = list(prompt)
-        return sample(logits, params, rng)
+        first = sample(logits, params, rng)
+        self.grammar.commit([first])
+        return first
 
     def _begin_drafter(self, history: list[int], params: SamplingParams, rng: np.random.Generator,
                        st: GenerationStats) -> Hindsight | None:
@@ -185,19 +181,22 @@ class Engine:
         return False
 
     def _draft(self, history: list[int], k_cap: int, st: GenerationStats, hindsight: Hindsight | None) -> Draft:
-        """At most k_cap tokens, as many as the controller expects to pay for themselves."""
+        """The tokens the grammar forces, then the drafter's, as many as the controller expects
+        to pay for themselves; cut at the first the grammar refuses."""
+        forced = self.grammar.forced(k_cap)
+        draft = self._proposed([*history, *forced] if forced else history, k_cap - len(forced), st, hindsight)
+        return draft.after(forced).legal(self.grammar.legal(forced + draft.tokens))
+
+    def _proposed(self, history: list[int], k_cap: int, st: GenerationStats, hindsight: Hindsight | None) -> Draft:
+        """The drafter's tokens after `history`, as many as the controller expects to pay."""
         drafter, ctl = self.drafter, self.controller
-        if drafter is None or k_cap <= 0:
+        if drafter is None or k_cap <= 0 or (k_cap := ctl.draft_length(drafter.cost, k_cap)) <= 0:
             return EMPTY
-        t0 = time.perf_counter()
-        draft = EMPTY
-        k_cap = ctl.draft_length(drafter.cost, k_cap)
-        if k_cap > 0:
-            m0 = sum(c.eval_s for c in drafter.models())
-            draft = drafter.propose(history, k_cap)
-            ctl.asked(drafter.cost, draft)
-            draft = draft.through_end(self.backend.tokenizer.is_eog)
-            st.drafter_model_s += sum(c.eval_s for c in drafter.models()) - m0
+        t0, m0 = time.perf_counter(), sum(c.eval_s for c in drafter.models())
+        draft = drafter.propose(history, k_cap)
+        ctl.asked(drafter.cost, draft)
+        draft = draft.through_end(self.backend.tokenizer.is_eog)
+        st.drafter_model_s += sum(c.eval_s for c in drafter.models()) - m0
         if len(draft) and draft.probs is None:
             # a sampled draft is verified whole (its length was planned): cut by its length, its
             # draws would bias what is proposed. What is cut off, or declined, is learned in hindsight
@@ -219,16 +218,18 @@ class Engine:
         out = b.eval(batch)
         dt = time.perf_counter() - t0
         st.verify_s += dt
-        verdict = verify_greedy(draft.tokens, out) if params.greedy else \
-            verify_sampling(draft.tokens, draft.probs, out, params, rng)
-        n = verdict.n_accepted
+        scores = self.grammar.masked(draft.tokens, out, params.greedy)
+        verdict = verify_greedy(draft.tokens, scores) if params.greedy else \
+            verify_sampling(draft.tokens, draft.probs, scores, params, rng)
+        n, f = verdict.n_accepted, draft.forced  # forced tokens are certain: n >= f
         if n < k:
             b.rollback(n_before + 1 + n)
         self.cached.extend(batch[: 1 + n])
-        st.record_step(draft.kind, k, n)
+        self.grammar.commit([*draft.tokens[:n], verdict.next_token])
+        st.record_step(draft.kind, k, n, forced=f)
         if self.drafter is not None:
             charged = dt if self.clock is None else self.clock.seconds(len(batch), n_before)
-            self.controller.record(draft.kind, k, n, len(batch), charged)
+            self.controller.record(draft.kind, k - f, n - f, len(batch), charged)
             t0 = time.perf_counter()
             self.drafter.observe(history, batch[: n + 1], out[: n + 1], verdict.next_token)
             st.draft_s += time.perf_counter() - t0
@@ -238,6 +239,7 @@ class Engine:
              steps_before: dict, params: SamplingParams) -> None:
         """Close the stats; keep what was learned, unless other programs' load distorted it."""
         st.total_s = time.perf_counter() - t_start
+        st.grammar_s = self.grammar.seconds
         st.other_cores = load.cores()
         st.threads = self.backend.n_threads
         steady = st.threads == threads  # timings are kept per thread count: one that changed midway describes neither

@@ -6,6 +6,8 @@ from typing import Sequence
 
 import numpy as np
 
+from edgespec.errors import ContextOverflowError, EdgespecError
+
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token sequences."""
@@ -25,3 +27,16 @@ def matched_so_far(tokens: Sequence[int], start: int, matched: int, history: Seq
     while matched < end and tokens[matched] == history[start + matched]:
         matched += 1
     return matched, matched == len(tokens) or matched < end
+
+
+def checked_request(prompt: Sequence[int], max_tokens: int, n_ctx: int) -> list[int]:
+    """The prompt as a list, if a generation can start from it: not empty, room left to answer."""
+    prompt = list(prompt)
+    if not prompt:
+        raise EdgespecError("the prompt is empty")
+    if max_tokens < 1:
+        raise EdgespecError(f"max_tokens must be at least 1, not {max_tokens}")
+    if len(prompt) >= n_ctx:
+        raise ContextOverflowError(f"the prompt is {len(prompt)} tokens; the context holds {n_ctx} "
+                                   "(leave room for the answer)")
+    return prompt

@@ -28,8 +28,14 @@ class GenerationStats:
     threads: int | None = None  # CPU threads the target computed on (None: not a CPU thread pool)
     threads_most: int | None = None  # what they may grow to: fewer while other programs hold cores
     by_key: dict[str, list[int]] = field(default_factory=dict)  # drafter family -> [drafted, accepted]
+    forced_tokens: int = 0  # emitted because a grammar allowed nothing else: verified, never drafted
+    grammar_s: float = 0.0  # of the decoding: the grammar's masks, forced tokens and checks
 
-    def record_step(self, kind: Kind, k: int, n_accepted: int) -> None:
+    def record_step(self, kind: Kind, k: int, n_accepted: int, forced: int = 0) -> None:
+        """A verified draft of k tokens, n_accepted of them accepted; its first `forced` were a
+        grammar's (certain, counted apart from the drafter's)."""
+        self.forced_tokens += forced
+        k, n_accepted = k - forced, n_accepted - forced
         self.steps += 1
         self.drafted += k
         self.accepted += n_accepted

@@ -97,12 +97,14 @@ def verify_sampling(
     min(1, p_i(x)/q_i(x)); on rejection the replacement is drawn from
     norm(max(0, p_i - q_i)), so every emitted token is distributed as p.
     Rows of `draft_probs` narrower than the logits (a drafter that cannot name the
-    target's last ids) give those ids probability 0.
+    target's last ids) give those ids probability 0. A row k (after the draft) is the
+    distribution of a token drawn there that a grammar refused (p is 0 there): that draw is
+    rejected, so the token after the draft comes from norm(max(0, p_k - q_k)).
     """
     k = len(draft)
     p = target_probs(logits[: k + 1], params)
     if draft_probs is not None and draft_probs.shape[1] < p.shape[1]:
-        draft_probs = np.pad(draft_probs[:k], ((0, 0), (0, p.shape[1] - draft_probs.shape[1])))
+        draft_probs = np.pad(draft_probs[: k + 1], ((0, 0), (0, p.shape[1] - draft_probs.shape[1])))
     for i in range(k):
         x = int(draft[i])
         if draft_probs is None:
@@ -120,6 +122,10 @@ def verify_sampling(
         if total <= 0.0:  # p == q: any rejection is measure-zero; fall back to p
             residual, total = p[i], p[i].sum()
         return Verdict(i, draw(residual / total, rng))
+    if draft_probs is not None and len(draft_probs) > k:
+        residual = np.maximum(p[k] - draft_probs[k], 0.0)
+        if residual.sum() > 0.0:
+            return Verdict(k, draw(residual / residual.sum(), rng))
     return Verdict(k, draw(p[k], rng))
 
 
