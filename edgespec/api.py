@@ -33,6 +33,7 @@ from edgespec.speculative.engine import Engine
 from edgespec.speculative.grammar import Grammar
 from edgespec.speculative.stats import GenerationStats
 from edgespec.speculative.verifier import SamplingParams
+from edgespec.tools import Tools, with_tools
 
 TEMPLATE_BUDGET_S = 1.0  # a chat template renders in milliseconds; past this it is a loop bomb
 
@@ -47,6 +48,7 @@ class Completion:
     finish_reason: str
     stats: GenerationStats
     structured: bool = False  # asked for JSON (json_schema, response_format)
+    tool_calls: list[dict] = field(default_factory=list)  # OpenAI's, when tools were offered and called
 
     @property
     def parsed(self) -> Any:
@@ -61,6 +63,7 @@ class Completion:
             "prompt_ids": self.prompt_ids,
             "token_ids": self.token_ids,
             "finish_reason": self.finish_reason,
+            "tool_calls": self.tool_calls,
             "stats": self.stats.to_dict(),
         }
 
@@ -183,11 +186,16 @@ class EdgeSpec:
     def tokenize(self, text: str, add_bos: bool = True) -> list[int]:
         return self.tokenizer.encode(text, add_bos=add_bos, special=True)
 
-    def apply_chat_template(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
-        """Render messages with the model's own chat template (Jinja, as in transformers)."""
+    def apply_chat_template(self, messages: Sequence[Message], add_generation_prompt: bool = True,
+                            tools: Tools | None = None) -> str:
+        """Render messages with the model's own chat template (Jinja, as in transformers); `tools`
+        through it where it renders them, else in the system message (tools.py)."""
         tok = self.tokenizer
         template = self._chat_template()
-        values = dict(messages=list(messages), add_generation_prompt=add_generation_prompt,
+        offered = None
+        if tools is not None:
+            messages, offered = with_tools(list(messages), tools, "tools" in (self.tokenizer.chat_template or ""))
+        values = dict(messages=list(messages), add_generation_prompt=add_generation_prompt, tools=offered,
                       bos_token=tok.token_text(tok.bos_id) if tok.bos_id is not None else "",
                       eos_token=tok.token_text(tok.eos_id) if tok.eos_id is not None else "")
         try:
@@ -217,8 +225,8 @@ class EdgeSpec:
                 raise EdgespecError(f"chat template error: {e}") from None
         return self._template
 
-    def chat_ids(self, messages: Sequence[Message]) -> list[int]:
-        text = self.apply_chat_template(messages)
+    def chat_ids(self, messages: Sequence[Message], tools: Tools | None = None) -> list[int]:
+        text = self.apply_chat_template(messages, tools=tools)
         tok = self.tokenizer
         # templates that write the BOS themselves must not get a second one
         bos_text = tok.token_text(tok.bos_id) if tok.bos_id is not None else None
@@ -240,38 +248,44 @@ class EdgeSpec:
         json_schema: dict | str | None = None,
         response_format: dict | None = None,
         grammar: Grammar | None = None,
+        tools: Tools | None = None,
     ) -> Stream:
         """Stream the completion of `prompt_ids`. `cancel`, when given, is the event
         that stops it (so a caller can cancel before the first piece exists).
 
         The answer follows at most one of: `json_schema` (JSON valid against it),
         `response_format` (OpenAI's: text, json_object, json_schema) or a compiled `grammar`;
-        `completion.parsed` is then its JSON value."""
+        `completion.parsed` is then its JSON value. `tools`: the prompt offered them (chat_ids);
+        the answer follows their grammar, streams its text only, and ends in `completion.tool_calls`."""
         n_vocab = self.tokenizer.n_vocab
         bad = next((t for t in prompt_ids if not 0 <= t < n_vocab), None)
         if bad is not None:  # caught here: native backends would abort, numpy ones wrap negative ids
             raise ValueError(f"prompt token id {bad} is outside the vocabulary (0..{n_vocab - 1})")
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-        if sum(x is not None for x in (json_schema, response_format, grammar)) > 1:
-            raise EdgespecError("ask for one of json_schema, response_format and grammar")
-        if grammar is None:
-            grammar = self.grammar(json_schema=json_schema, response_format=response_format)
+        if sum(x is not None for x in (json_schema, response_format, grammar or tools)) > 1:
+            raise EdgespecError("ask for one of json_schema, response_format and tools (or a grammar)")
+        if grammar is None:  # a grammar given with tools is theirs, compiled already
+            grammar = self.grammar(json_schema=json_schema, response_format=response_format, tools=tools)
         cancel = cancel or threading.Event()
         stream = Stream(iter(()), cancel, list(prompt_ids))
-        stream._pieces = self._pieces(stream, params, max_tokens, list(stop), grammar)
+        stream._pieces = self._pieces(stream, params, max_tokens, list(stop), grammar, tools)
         return stream
 
-    def grammar(self, json_schema: dict | str | None = None, response_format: dict | None = None) -> Grammar | None:
-        """The compiled grammar of a `json_schema` or an OpenAI `response_format` (None: free text),
-        ready for this model's vocabulary; GrammarError names what cannot be compiled."""
-        grammar = Grammar.json_schema(json_schema) if json_schema is not None else \
-            Grammar.response_format(response_format)
+    def grammar(self, json_schema: dict | str | None = None, response_format: dict | None = None,
+                tools: Tools | None = None) -> Grammar | None:
+        """The compiled grammar of a `json_schema`, an OpenAI `response_format` (None: free text) or
+        `tools`, ready for this model's vocabulary; GrammarError names what cannot be compiled."""
+        if tools is not None:
+            grammar = tools.grammar()
+        else:
+            grammar = Grammar.json_schema(json_schema) if json_schema is not None else \
+                Grammar.response_format(response_format)
         if grammar is not None:
             grammar.constraint(self.tokenizer)  # the vocabulary's view is built here, once per model
         return grammar
 
     def _pieces(self, stream: Stream, params: SamplingParams, max_tokens: int, stop: list[str],
-                grammar: Grammar | None) -> Iterator[str]:
+                grammar: Grammar | None, tools: Tools | None) -> Iterator[str]:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         text = ""
         emitted = 0  # characters of `text` already yielded
@@ -288,7 +302,7 @@ class EdgeSpec:
                 if hit is not None:
                     text, finish = text[:hit], "stop"
                     break
-                safe = len(text) - hold
+                safe = len(text) - hold if tools is None else min(len(text) - hold, tools.shown(text))
                 if safe > emitted:
                     yield text[emitted:safe]
                     emitted = safe
@@ -297,11 +311,16 @@ class EdgeSpec:
         finally:
             gen.close()
             self._active = None
+        calls = []
+        if tools is not None:
+            content, calls = tools.split(text)
+            text = content or ""
         if len(text) > emitted:
             yield text[emitted:]
         st = self.engine.last_stats
-        stream.completion = Completion(text, stream.prompt_ids, stream.token_ids, finish or st.finish_reason, st,
-                                       structured=grammar is not None)
+        finish = finish or ("tool_calls" if calls and st.finish_reason == "stop" else st.finish_reason)
+        stream.completion = Completion(text, stream.prompt_ids, stream.token_ids, finish, st,
+                                       structured=grammar is not None and tools is None, tool_calls=calls)
 
     def stream(self, prompt: str, **kw) -> Stream:
         """Stream a plain completion of `prompt` (no chat template)."""
@@ -310,9 +329,13 @@ class EdgeSpec:
     def generate(self, prompt: str, **kw) -> Completion:
         return _drain(self.stream(prompt, **kw))
 
-    def chat_stream(self, messages: Sequence[Message], **kw) -> Stream:
-        """Stream the assistant's answer to `messages`, rendered by the model's template."""
-        return self.stream_ids(self.chat_ids(messages), **kw)
+    def chat_stream(self, messages: Sequence[Message], tools: list[dict] | None = None, tool_choice: Any = "auto",
+                    parallel_tool_calls: bool = True, **kw) -> Stream:
+        """Stream the assistant's answer to `messages`, rendered by the model's template. `tools`
+        (OpenAI's function tools) with `tool_choice` and `parallel_tool_calls` as OpenAI's: the
+        calls end in `completion.tool_calls`, finish_reason "tool_calls"."""
+        offered = Tools(tools, tool_choice, parallel_tool_calls) if tools else None
+        return self.stream_ids(self.chat_ids(messages, offered), tools=offered, **kw)
 
     def chat(self, messages: Sequence[Message], **kw) -> Completion:
         return _drain(self.chat_stream(messages, **kw))

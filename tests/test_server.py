@@ -252,3 +252,46 @@ def test_a_schema_that_cannot_be_compiled_is_a_400_naming_it(server):
     err = r.json()["error"]
     assert err["param"] == "response_format" and "cannot be compiled" in err["message"]
     assert health(server.removesuffix("/v1"))["status"] == "ok"
+
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city now",
+    "parameters": {"type": "object", "required": ["city"], "properties": {"city": {"type": "string", "maxLength": 40}}}}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_tools_round_trip_with_the_openai_client(client, stream):
+    """The model calls the tool, gets its result back as a `tool` message, and answers."""
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+    def ask(**kw):
+        r = client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER_TOOL], max_tokens=150,
+                                           temperature=0, stream=stream, **kw)
+        if not stream:
+            return r.choices[0].finish_reason, r.choices[0].message.content, r.choices[0].message.tool_calls
+        text, calls, finish = "", [], None
+        for chunk in r:
+            delta = chunk.choices[0].delta
+            text += delta.content or ""
+            calls += delta.tool_calls or []
+            finish = chunk.choices[0].finish_reason or finish
+        return finish, text or None, calls
+
+    finish, _, calls = ask(tool_choice="required")
+    assert finish == "tool_calls" and calls and all(c.function.name == "get_weather" for c in calls)
+    assert "city" in json.loads(calls[0].function.arguments)
+    messages += [{"role": "assistant", "content": None, "tool_calls": [
+                     {"id": c.id, "type": "function", "function": {"name": c.function.name,
+                                                                   "arguments": c.function.arguments}}
+                     for c in calls]},
+                 *({"role": "tool", "tool_call_id": c.id, "content": "sunny, 21 C"} for c in calls)]
+    finish, text, calls = ask(tool_choice="none")
+    assert finish in ("stop", "length") and text and not calls
+
+
+def test_tools_the_server_cannot_honour_are_a_400_naming_them(server):
+    body = {"model": MODEL, "messages": ASK_CITY, "tools": [WEATHER_TOOL],
+            "tool_choice": {"type": "function", "function": {"name": "get_time"}}}
+    r = httpx.post(f"{server}/chat/completions", json=body, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
+    assert "not among the tools" in r.json()["error"]["message"]

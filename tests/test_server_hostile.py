@@ -91,6 +91,42 @@ def test_deep_nesting_and_a_random_seed_are_not_server_errors():
         assert httpx.post(url, json=chat(seed=-2)).status_code == 400
 
 
+def _nested(depth: int) -> dict:
+    schema = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    return schema
+
+
+HOSTILE_SCHEMAS = {
+    "100-deep nesting": _nested(100),
+    "a 100,000-value enum": {"enum": [f"value{i}" for i in range(100_000)]},
+    "a pathological pattern": {"type": "string", "pattern": "^(a+)+(b|bb)*(x{1,1000}){1,1000}$"},
+    "a 5 MB schema": {"type": "object", "properties": {f"k{i}": {"type": "string", "description": "x" * 50}
+                                                       for i in range(70_000)}},
+}
+
+
+def test_hostile_schemas_are_refused_or_compiled_within_two_seconds_and_health_keeps_answering():
+    with reference_server(limits=Limits(max_body_bytes=8 << 20, max_tokens=16)) as srv:
+        for name, schema in HOSTILE_SCHEMAS.items():
+            body = chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+                        max_tokens=16)
+            with ThreadPoolExecutor(1) as pool:
+                start = time.monotonic()
+                answer = pool.submit(httpx.post, srv.url + "/chat/completions", json=body, timeout=60)
+                while not answer.done():  # the event loop stays free while the schema compiles
+                    assert httpx.get(srv.url.removesuffix("/v1") + "/health", timeout=1).status_code == 200
+                    time.sleep(0.05)
+                r = answer.result()
+            compiled = time.monotonic() - start
+            assert r.status_code in (200, 400), (name, r.status_code, r.text[:200])
+            if r.status_code == 400:  # the schema named, or a body nested past what the server reads
+                error = r.json()["error"]
+                assert error["param"] == "response_format" or "recursion limit" in error["message"], (name, error)
+            assert compiled < 2.0 + 1.0, (name, compiled)  # 2 s to compile, a second for 16 tokens and the body
+
+
 def test_timeout_stops_a_long_request_with_504():
     with reference_server(backend=SlowReferenceBackend(), limits=Limits(timeout_s=0.5)) as srv:
         r = httpx.post(srv.url + "/completions", json={"model": "reference", "prompt": "a long story",

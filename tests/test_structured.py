@@ -219,3 +219,83 @@ def test_on_a_real_model_constrained_speculation_matches_one_token_at_a_time_up_
               f"gaps {[(round(a, 3), round(b, 3)) for a, b, _ in gaps]}; forced tokens {forced}")
     assert forced > 0
     assert all(min(seq, one) < NEAR_TIE for seq, one, _ in gaps), gaps
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+           "parameters": {"type": "object", "required": ["city"], "additionalProperties": False,
+                          "properties": {"city": {"type": "string", "maxLength": 12},
+                                         "unit": {"enum": ["celsius", "fahrenheit"]}}}}}
+CLOCK = {"type": "function", "function": {"name": "get_time", "description": "Local time in a city",
+         "parameters": {"type": "object", "required": ["city"], "additionalProperties": False,
+                        "properties": {"city": {"type": "string", "maxLength": 12}}}}}
+ASK = [{"role": "user", "content": "Weather in Paris and the time in Tokyo?"}]
+
+
+@pytest.fixture
+def roomy_backend():
+    """The reference model with room for the tools' system message, a byte a token."""
+    return ReferenceBackend(ReferenceModel(seed=0, n_ctx=4096))
+
+
+def assert_calls_valid(calls, tools, names=None):
+    by_name = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    assert calls
+    for call in calls:
+        assert call["type"] == "function" and call["id"].startswith("call_")
+        assert call["function"]["name"] in (names or by_name)
+        jsonschema.validate(json.loads(call["function"]["arguments"]), by_name[call["function"]["name"]])
+
+
+@pytest.mark.parametrize("temperature, seed", [(0.0, None), (0.8, 0), (0.8, 1), (0.8, 2)])
+def test_tool_choice_is_obeyed_and_every_call_names_a_tool_with_valid_arguments(roomy_backend, temperature, seed):
+    llm = EdgeSpec(roomy_backend, drafter="auto")
+    kw = dict(max_tokens=300, temperature=temperature, seed=seed)
+    single = llm.chat(ASK, tools=[WEATHER, CLOCK], tool_choice="required", parallel_tool_calls=False, **kw)
+    assert single.finish_reason == "tool_calls" and single.text == "" and len(single.tool_calls) == 1
+    assert_calls_valid(single.tool_calls, [WEATHER, CLOCK])
+    named = llm.chat(ASK, tools=[WEATHER, CLOCK], tool_choice={"type": "function", "function": {"name": "get_time"}},
+                     **kw)
+    assert named.finish_reason == "tool_calls" and len(named.tool_calls) == 1
+    assert_calls_valid(named.tool_calls, [WEATHER, CLOCK], names=["get_time"])
+    # a random model rarely ends: parallel calls run to the limit, every complete one valid
+    several = llm.chat(ASK, tools=[WEATHER, CLOCK], tool_choice="required", **kw)
+    assert len(several.tool_calls) > 1 and several.text == ""
+    assert_calls_valid(several.tool_calls, [WEATHER, CLOCK])
+    none = llm.chat(ASK, tools=[WEATHER, CLOCK], tool_choice="none", max_tokens=40, temperature=temperature, seed=seed)
+    assert none.tool_calls == [] and "<tool_call>" not in none.text
+
+
+def test_an_answer_with_calls_streams_only_its_text():
+    from edgespec.tools import Tools
+
+    tools = Tools([WEATHER])
+    text = 'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    assert tools.shown(text[:14]) == 14 and tools.shown("Let me look.\n<tool") == len("Let me look.\n")
+    content, calls = tools.split(text)
+    assert content == "Let me look.\n" and json.loads(calls[0]["function"]["arguments"]) == {"city": "Oslo"}
+
+
+def test_a_tool_result_goes_back_through_the_template_and_the_answer_goes_on(roomy_backend):
+    llm = EdgeSpec(roomy_backend, drafter="auto")
+    first = llm.chat(ASK, tools=[WEATHER], tool_choice="required", max_tokens=200)
+    call = first.tool_calls[0]
+    messages = ASK + [{"role": "assistant", "content": None, "tool_calls": first.tool_calls},
+                      {"role": "tool", "tool_call_id": call["id"], "content": "sunny, 21C"}]
+    from edgespec.tools import Tools
+
+    prompt = llm.apply_chat_template(messages, tools=Tools([WEATHER]))
+    assert "sunny, 21C" in prompt and call["function"]["arguments"] in prompt and "get_weather" in prompt
+    assert llm.chat(messages, tools=[WEATHER], tool_choice="none", max_tokens=20).finish_reason in ("stop", "length")
+
+
+@pytest.mark.parametrize("tools, choice, says", [
+    ([{"type": "function", "function": {"name": "has space"}}], "auto", "a name of letters"),
+    ([WEATHER], {"type": "function", "function": {"name": "nope"}}, "not among the tools"),
+    ([WEATHER], "sometimes", "tool_choice must be"),
+    ([], "auto", "1 to 128 tools"),
+])
+def test_tools_that_cannot_be_honoured_are_one_clear_error(tools, choice, says):
+    from edgespec.tools import Tools
+
+    with pytest.raises(EdgespecError, match=says):
+        Tools(tools, choice)

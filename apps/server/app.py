@@ -31,11 +31,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.cors import CORSMiddleware
 
-from edgespec import EdgeSpec, EdgespecError
+from edgespec import EdgeSpec, EdgespecError, Tools
 from edgespec.apps.server.guard import LocalOnly
 from edgespec.apps.server.metrics import StatusCounter, render as render_metrics
 from edgespec.apps.server.protocol import (FINISH, ApiError, ChatRequest, CompletionRequest, Reply, SamplingFields,
-                                           check_common, message_text, parse, sse_event)
+                                           chat_message, check_common, parse, sse_event)
 from edgespec.apps.server.worker import Job, ModelWorker, PromptWorker
 
 
@@ -147,17 +147,25 @@ async def model(name: str, s: Served = Depends(served)) -> dict:
 async def chat_completions(request: Request, s: Served = Depends(served)) -> Response:
     req = await s.prompts.run(parse, ChatRequest, await _read_body(request, s.limits))
     check_common(req, s.model_id)
-    messages = [{"role": "system" if m.role == "developer" else m.role, "content": message_text(m, i)}
-                for i, m in enumerate(req.messages)]
-    ids = await s.prompts.run(s.llm.chat_ids, messages, param="messages")
+    messages = [chat_message(m, i) for i, m in enumerate(req.messages)]
+    tools = await s.prompts.run(_offered, req, param="tools") if req.tools else None
+    ids = await s.prompts.run(s.llm.chat_ids, messages, tools, param="messages")
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    return await _answer(request, s, req, ids, max_tokens, chat=True)
+    return await _answer(request, s, req, ids, max_tokens, chat=True, tools=tools)
+
+
+def _offered(req: ChatRequest) -> Tools:
+    if req.response_format is not None and req.response_format.get("type") != "text":
+        raise EdgespecError("ask for tools or a response_format, not both")
+    return Tools(req.tools, req.tool_choice or "auto", req.parallel_tool_calls)
 
 
 @v1.post("/completions")
 async def completions(request: Request, s: Served = Depends(served)) -> Response:
     req = await s.prompts.run(parse, CompletionRequest, await _read_body(request, s.limits))
     check_common(req, s.model_id)
+    if req.tools:
+        raise ApiError(400, "tools are for /v1/chat/completions", param="tools", code="unsupported_parameter")
     if req.echo:
         raise ApiError(400, "echo is not supported", param="echo", code="unsupported_parameter")
     prompt = req.prompt
@@ -177,11 +185,13 @@ async def completions(request: Request, s: Served = Depends(served)) -> Response
 
 
 async def _answer(request: Request, s: Served, req: SamplingFields, ids: list[int], max_tokens: int | None,
-                  chat: bool) -> Response:
+                  chat: bool, tools: Tools | None = None) -> Response:
     """Queue the generation; stream its pieces as server-sent events, or answer once it ends."""
     options = _options(s, req, ids, max_tokens, chat)
-    if req.response_format is not None:  # compiled off the event loop: a large schema takes a while
-        options["grammar"] = await s.prompts.run(s.llm.grammar, None, req.response_format, param="response_format")
+    if tools is not None or req.response_format is not None:  # compiled off the event loop: it takes a while
+        options["grammar"] = await s.prompts.run(s.llm.grammar, None, req.response_format, tools,
+                                                 param="tools" if tools else "response_format")
+        options["tools"] = tools
     job = Job(ids, options, req.cache_prompt, asyncio.get_running_loop())
     s.worker.submit(job)
     if s.limits.timeout_s:
@@ -266,6 +276,8 @@ async def _sse(job: Job, reply: Reply, include_usage: bool, limits: Limits) -> A
             yield sse_event({"error": {"message": value.message, "type": value.kind, "param": None, "code": value.code}})
             break
         if kind == "done":
+            if value.tool_calls:
+                yield sse_event(reply.chunk(tool_calls=value.tool_calls))
             last = reply.chunk(finish=FINISH.get(value.finish_reason, "stop"))
             last["edgespec"] = value.stats.to_dict()
             yield sse_event(last)

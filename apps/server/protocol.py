@@ -46,8 +46,10 @@ class ContentPart(_Body):
 
 
 class ChatMessage(_Body):
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Union[str, list[ContentPart], None] = None
+    tool_calls: Optional[list[dict[str, Any]]] = None  # an assistant's earlier calls
+    tool_call_id: Optional[str] = None  # a tool's answer: to which call
 
 
 class SamplingFields(_Body):
@@ -67,7 +69,9 @@ class SamplingFields(_Body):
     logit_bias: Optional[dict[str, float]] = None
     frequency_penalty: Optional[float] = None
     presence_penalty: Optional[float] = None
-    tools: Optional[list[Any]] = None
+    tools: Optional[list[Any]] = None  # chat only (tools.py)
+    tool_choice: Union[str, dict[str, Any], None] = None
+    parallel_tool_calls: bool = True
     response_format: Optional[dict[str, Any]] = None  # text, json_object or json_schema (grammar.py)
 
 
@@ -105,7 +109,7 @@ def check_common(req: SamplingFields, model_id: str) -> None:
                        param="model", code="model_not_found")
     if req.n != 1:
         raise ApiError(400, "n must be 1 (one answer per request)", param="n", code="unsupported_parameter")
-    unsupported = [name for name in ("logprobs", "logit_bias", "tools") if getattr(req, name)]
+    unsupported = [name for name in ("logprobs", "logit_bias") if getattr(req, name)]
     unsupported += [name for name in ("frequency_penalty", "presence_penalty") if getattr(req, name)]
     if unsupported:
         raise ApiError(400, f"{unsupported[0]} is not supported by this server", param=unsupported[0],
@@ -113,6 +117,16 @@ def check_common(req: SamplingFields, model_id: str) -> None:
     stops = [req.stop] if isinstance(req.stop, str) else (req.stop or [])
     if len(stops) > 16:
         raise ApiError(400, "at most 16 stop strings", param="stop")
+
+
+def chat_message(m: ChatMessage, i: int) -> dict:
+    """A request's message as the chat template reads it (a developer message is a system one)."""
+    out = {"role": "system" if m.role == "developer" else m.role, "content": message_text(m, i)}
+    if m.tool_calls:
+        out["tool_calls"] = m.tool_calls
+    if m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
+    return out
 
 
 def message_text(m: ChatMessage, i: int) -> str:
@@ -129,7 +143,7 @@ def message_text(m: ChatMessage, i: int) -> str:
     return "".join(parts)
 
 
-FINISH = {"stop": "stop", "length": "length", "context": "length", "cancelled": "stop"}
+FINISH = {"stop": "stop", "length": "length", "context": "length", "cancelled": "stop", "tool_calls": "tool_calls"}
 
 
 @dataclass
@@ -155,15 +169,20 @@ class Reply:
     def whole(self, text: str, c: Completion) -> dict:
         finish = FINISH.get(c.finish_reason, "stop")
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish,
-                      "logprobs": None}
+            message = {"role": "assistant", "content": text}
+            if c.tool_calls:
+                message = {"role": "assistant", "content": text or None, "tool_calls": c.tool_calls}
+            choice = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
         else:
             choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
         return {**self.head(False), "choices": [choice], "usage": self.usage(c), "edgespec": c.stats.to_dict()}
 
-    def chunk(self, text: str | None = None, finish: str | None = None, role: bool = False) -> dict:
+    def chunk(self, text: str | None = None, finish: str | None = None, role: bool = False,
+              tool_calls: list[dict] | None = None) -> dict:
         if self.chat:
             delta = {"role": "assistant", "content": ""} if role else ({"content": text} if text is not None else {})
+            if tool_calls:  # each whole, in one delta: OpenAI's clients join argument pieces, one piece is fine
+                delta = {"tool_calls": [{"index": i, **c} for i, c in enumerate(tool_calls)]}
             choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
         else:
             choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}

@@ -1,0 +1,152 @@
+"""Tool calls: tools rendered into the prompt, the model's calls held to the tools' parameter
+schemas by a grammar, and parsed into OpenAI's `tool_calls`.
+
+The call syntax is Qwen2.5's (Hermes'): one block per call,
+`<tool_call>\\n{"name": NAME, "arguments": {...}}\\n</tool_call>`. A chat template that renders
+`tools` (Qwen2.5's) gets them through it; any other model gets them in a system message worded
+as Qwen2.5's template words it. tool_choice: "none" (an answer with no call), "auto" (text, or
+text and then calls), "required" (calls only), or a named function (one call of it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgespec.errors import EdgespecError
+from edgespec.speculative.grammar import JSON_STYLE, Grammar
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.DOTALL)
+NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names
+MAX_TOOLS = 128
+# text that never opens a call: what "auto" answers with before its calls, if any
+TEXT = r"/(.|\n)+/ & ~/(.|\n)*<tool_call>(.|\n)*/"
+
+
+class ToolError(EdgespecError):
+    """Tools or a tool_choice that cannot be honoured as given."""
+
+
+@dataclass
+class Tools:
+    """What a chat request offers: OpenAI's `tools` ([{"type": "function", "function": {"name",
+    "description", "parameters"}}]), `tool_choice` and `parallel_tool_calls`."""
+
+    tools: list[dict]
+    choice: Any = "auto"
+    parallel: bool = True
+    functions: dict[str, dict] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tools, list) or not 1 <= len(self.tools) <= MAX_TOOLS:
+            raise ToolError(f"tools must list 1 to {MAX_TOOLS} tools")
+        self.functions = {}
+        for i, tool in enumerate(self.tools):
+            fn = tool.get("function") if isinstance(tool, dict) and tool.get("type") == "function" else None
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not NAME.fullmatch(fn["name"]):
+                raise ToolError(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}} "
+                                "with a name of letters, digits, _ or -, at most 64")
+            params = fn.get("parameters", {"type": "object", "properties": {}})
+            if not isinstance(params, dict):
+                raise ToolError(f"tools[{i}].function.parameters must be a JSON schema object")
+            self.functions[fn["name"]] = {**fn, "parameters": params}
+        self.forced_name = self._named_choice()
+
+    def _named_choice(self) -> str | None:
+        c = self.choice
+        if c in ("none", "auto", "required"):
+            return None
+        name = c.get("function", {}).get("name") if isinstance(c, dict) and c.get("type") == "function" else None
+        if not isinstance(name, str):
+            raise ToolError('tool_choice must be "none", "auto", "required" or '
+                            '{"type": "function", "function": {"name": ...}}')
+        if name not in self.functions:
+            raise ToolError(f"tool_choice names {name!r}, which is not among the tools")
+        return name
+
+    def grammar(self) -> Grammar:
+        """What the answer may be under this tool_choice."""
+        if self.choice == "none":
+            return Grammar.lark(f"start: TEXT\nTEXT: {TEXT}\n")
+        names = [self.forced_name] if self.forced_name else list(self.functions)
+        call = {"anyOf": [self._call_schema(n) for n in names], "x-guidance": JSON_STYLE}
+        calls = 'call ("\\n" call)*' if self.parallel and not self.forced_name else "call"
+        start = "calls" if self.choice == "required" or self.forced_name else "TEXT | TEXT? calls"
+        return Grammar.lark(f"start: {start}\ncalls: {calls}\n"
+                            f'call: "{OPEN}\\n" %json {json.dumps(call)} "\\n{CLOSE}"\nTEXT: {TEXT}\n')
+
+    def _call_schema(self, name: str) -> dict:
+        return {"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
+                "properties": {"name": {"const": name}, "arguments": self.functions[name]["parameters"]}}
+
+    def split(self, text: str) -> tuple[str | None, list[dict]]:
+        """The answer's text before its first call (None when empty), and its calls as OpenAI's
+        tool_calls, arguments as JSON text."""
+        start = text.find(OPEN)
+        if start < 0:
+            return text, []
+        calls = []
+        for body in CALL.findall(text[start:]):
+            call = json.loads(body)
+            calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                          "function": {"name": call["name"],
+                                       "arguments": json.dumps(call["arguments"], ensure_ascii=False)}})
+        content = text[:start]
+        return content if content.strip() else None, calls
+
+    def shown(self, text: str) -> int:
+        """How much of an answer so far may stream as text: up to its first call, or to where a
+        call may be starting."""
+        start = text.find(OPEN)
+        if start >= 0:
+            return start
+        for n in range(min(len(OPEN) - 1, len(text)), 0, -1):
+            if OPEN.startswith(text[-n:]):
+                return len(text) - n
+        return len(text)
+
+
+def with_tools(messages: list[dict], tools: Tools, template_renders_tools: bool) -> tuple[list[dict], list | None]:
+    """The messages as the chat template reads them, and the tools to pass it (None: written
+    into the system message here). An assistant's earlier calls: arguments as objects."""
+    out = [_as_template_reads(m, template_renders_tools) for m in messages]
+    if template_renders_tools:
+        return out, tools.tools
+    offer = _offer(tools)
+    if out and out[0].get("role") == "system":
+        out[0] = {**out[0], "content": f"{out[0].get('content') or ''}\n\n{offer}".strip()}
+    else:
+        out.insert(0, {"role": "system", "content": offer})
+    return out, None
+
+
+def _as_template_reads(m: dict, template_renders_tools: bool) -> dict:
+    calls = m.get("tool_calls")
+    if m.get("role") != "assistant" or not calls:
+        return m if m.get("content") is not None else {**m, "content": ""}
+    parsed = []
+    for c in calls:
+        fn = c.get("function", c)
+        args = fn.get("arguments", {})
+        try:
+            args = json.loads(args) if isinstance(args, str) else args
+        except ValueError:
+            raise ToolError(f"an earlier tool call's arguments are not JSON: {args[:80]!r}") from None
+        parsed.append({"name": fn.get("name"), "arguments": args})
+    if template_renders_tools:
+        return {**m, "content": m.get("content") or "", "tool_calls": [{"function": c} for c in parsed]}
+    blocks = "\n".join(f"{OPEN}\n{json.dumps(c, ensure_ascii=False)}\n{CLOSE}" for c in parsed)
+    return {"role": "assistant", "content": f"{m.get('content') or ''}\n{blocks}".strip()}
+
+
+def _offer(tools: Tools) -> str:
+    """The tools as Qwen2.5's chat template offers them."""
+    listed = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools.tools)
+    return ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+            f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{listed}\n"
+            "</tools>\n\nFor each function call, return a json object with function name and arguments within "
+            f'{OPEN}{CLOSE} XML tags:\n{OPEN}\n{{"name": <function-name>, "arguments": <args-json-object>}}\n{CLOSE}')
