@@ -73,13 +73,13 @@ class Tools:
         if self.choice == "none":
             return Grammar.lark(f"start: TEXT\nTEXT: {TEXT}\n")
         names = [self.forced_name] if self.forced_name else list(self.functions)
-        call = {"anyOf": [self._call_schema(n) for n in names], "x-guidance": JSON_STYLE}
+        call = {"anyOf": [self.call_schema(n) for n in names], "x-guidance": JSON_STYLE}
         calls = 'call ("\\n" call)*' if self.parallel and not self.forced_name else "call"
         start = "calls" if self.choice == "required" or self.forced_name else "TEXT | TEXT? calls"
         return Grammar.lark(f"start: {start}\ncalls: {calls}\n"
                             f'call: "{OPEN}\\n" %json {json.dumps(call)} "\\n{CLOSE}"\nTEXT: {TEXT}\n')
 
-    def _call_schema(self, name: str) -> dict:
+    def call_schema(self, name: str) -> dict:
         return {"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
                 "properties": {"name": {"const": name}, "arguments": self.functions[name]["parameters"]}}
 

@@ -257,3 +257,46 @@ def psutil_children_named(name):
     import psutil
 
     return [p for p in psutil.process_iter(["name"]) if p.info["name"] == name]
+
+
+def test_the_structured_prompts_hold_their_answers_in_every_row_and_price_the_grammar(smollm2_path, tmp_path):
+    """`--prompts structured`: edgespec's rows follow each row's response_format or tools through
+    llguidance, llama-server's through its own GBNF grammar; the grammar's cost is printed."""
+    import os
+
+    from edgespec.bench import llama_server
+    from edgespec.bench.common import load_prompts
+
+    if llama_server.binary() is None:
+        why = "no llama-server built here (./install.sh --dev builds it)"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the llama-server peer: {why}")
+        pytest.skip(why)
+    rows = load_prompts(Path("structured"))
+    assert {r["category"] for r in rows} == {"structured"} and sum("tools" in r for r in rows) == 2
+    out = tmp_path / "rows.json"
+    r = edgespec("bench", "-m", str(smollm2_path), "--prompts", "structured", "--limit", "4", "--drafters", "auto",
+                 "--peers", "llama-server", "-n", "48", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    got = {(row["drafter"], row["category"]): row for row in json.loads(out.read_text())["rows"]}
+    assert got[("auto", "all")]["forced_tokens"] > 0 and got[("plain", "all")]["forced_tokens"] == 0
+    assert 0 < got[("auto", "all")]["grammar_ms_per_verified_token"] < 5
+    assert got[("llama-server", "all")]["tokens"] > 0 and "x_best_peer" in got[("auto", "all")]
+    assert "ms per verified token" in r.stdout
+    assert not any(name.startswith(("oracle:", "replay:")) for name, _ in got)  # they know no grammar
+
+
+def test_generate_follows_a_json_schema_file_and_chat_answers_json(smollm2_path, tmp_path):
+    schema = tmp_path / "city.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}},
+                                  "required": ["city"], "additionalProperties": False}))
+    r = edgespec("generate", "The capital of France, as JSON.", "--chat", "-m", str(smollm2_path),
+                 "--json-schema", str(schema), "-n", "40")
+    assert r.returncode == 0, r.stderr
+    assert set(json.loads(r.stdout)) == {"city"}
+    r = edgespec("chat", "-m", str(smollm2_path), "--json", "-n", "60", stdin="Name a fruit.\n/quit\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.lstrip("> ").startswith("{")
+    (tmp_path / "broken.json").write_text("{")
+    assert_one_line_error(edgespec("generate", "hi", "-m", str(smollm2_path), "--json-schema",
+                                   str(tmp_path / "broken.json")), "is not JSON")

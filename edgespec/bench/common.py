@@ -17,7 +17,9 @@ from edgespec.errors import EdgespecError
 LCP = "llama-cpp-python"  # the default peer: its own generation, plain and with its prompt lookup
 
 # the prompts that ship with edgespec, by name: the 12 drafting was tuned on, 18 held out from that
-SHIPPED = {"shipped": ["bench_prompts"], "heldout": ["heldout_prompts"], "all": ["bench_prompts", "heldout_prompts"]}
+SHIPPED = {"shipped": ["bench_prompts"], "heldout": ["heldout_prompts"], "all": ["bench_prompts", "heldout_prompts"],
+           # answers held to a JSON schema or to tool calls: 4 shipped, then 6 held out
+           "structured": ["structured_prompts", "structured_heldout_prompts"]}
 
 
 def load_prompts(path: Path | None, limit: int | None = None) -> list[dict]:
@@ -63,11 +65,28 @@ class Run:
     drafter_steps: int = 0  # one-token evaluations of a model drafter, and their seconds
     draft_s: float = 0.0
     by_key: dict[str, list[int]] = field(default_factory=dict)  # drafter kind -> [drafted, accepted]
+    forced: int = 0  # tokens a grammar forced (structured prompts)
+    grammar_s: float = 0.0  # the grammar's time: masks, forced tokens, checks
 
 
 def encode_prompt(row: dict, llm) -> list[int]:
-    """A prompt row's token ids: `messages` through the model's chat template, `prompt` as plain text."""
-    return llm.chat_ids(row["messages"]) if "messages" in row else llm.tokenize(row["prompt"])
+    """A prompt row's token ids: `messages` through the model's chat template (with the row's
+    `tools`, if it offers some), `prompt` as plain text."""
+    from edgespec.tools import Tools
+
+    if "messages" not in row:
+        return llm.tokenize(row["prompt"])
+    fmt = output_format(row)
+    return llm.chat_ids(row["messages"], Tools(**fmt) if fmt and "tools" in fmt else None)
+
+
+def output_format(row: dict) -> dict | None:
+    """What a prompt row holds its answer to: {"response_format": ...} or {"tools": ...,
+    "choice": ..., "parallel": ...} (Tools' arguments), or None for free text."""
+    if "tools" in row:
+        return {"tools": row["tools"], "choice": row.get("tool_choice", "auto"),
+                "parallel": row.get("parallel_tool_calls", True)}
+    return {"response_format": row["response_format"]} if "response_format" in row else None
 
 
 def timed(stream: Iterable[int]) -> tuple[list[int], float]:

@@ -85,8 +85,10 @@ class HfGeneration:
         self.target, self.tok, self.eog = target, target_tok, list(eog)
         self.drafter, self.drafter_tok = drafter, drafter_tok
 
-    def run(self, ids: list[int], max_tokens: int) -> Run:
+    def run(self, ids: list[int], max_tokens: int, fmt: dict | None = None) -> Run:
         import torch
+
+        assert fmt is None, "the bench refuses --peers hf for structured prompts"
 
         kw = {}
         if self.drafter is not None:

@@ -306,14 +306,17 @@ def _full(rows: list[dict]) -> list[str]:
     """Every row, x plain with its interval over the run's prompts where the record has one;
     where rows ran on another device (`gpu:`), its x plain is against that device's plain,
     and each output is compared with that plain's ("same as plain"); a model drafter's row
-    gives the time of one of its draft tokens ("drafter ms/step")."""
+    gives the time of one of its draft tokens ("drafter ms/step"); under a grammar, edgespec's rows
+    give the tokens it forced and its time per verified token."""
     peers = any("x_best_peer" in r for r in rows)
     devices = any(r["drafter"].startswith("gpu:") for r in rows)
     models = any(r.get("drafter_step_ms") is not None for r in rows)
+    grammar = any("grammar_ms_per_verified_token" in r for r in rows)
     out = ["| category | method | tok/s | x plain |" + (" x best peer |" if peers else "") + " accepted |"
-           + (" same as plain |" if devices else "") + (" drafter ms/step |" if models else ""),
+           + (" same as plain |" if devices else "") + (" drafter ms/step |" if models else "")
+           + (" forced tokens | grammar ms/verified token |" if grammar else ""),
            "|---|---|---|---|" + ("---|" if peers else "") + "---|" + ("---|" if devices else "")
-           + ("---|" if models else "")]
+           + ("---|" if models else "") + ("---|---|" if grammar else "")]
     for r in rows:
         spread = " ({:.2f}-{:.2f})".format(*r["x_plain_interval"]) if "x_plain_interval" in r else ""
         cells = [r["category"], r["drafter"], _fmt(r.get("tokens_per_s")), _fmt(r.get("ratio_to_plain")) + spread]
@@ -321,6 +324,8 @@ def _full(rows: list[dict]) -> list[str]:
         cells += [_fmt(r.get("acceptance_rate"), ".0%")]
         cells += [r.get("identical_to_plain") or "-"] if devices else []
         cells += [_fmt(r.get("drafter_step_ms"), ".1f")] if models else []
+        cells += [str(r.get("forced_tokens", "-")), _fmt(r.get("grammar_ms_per_verified_token"), ".3f")] \
+            if grammar else []
         out.append("| " + " | ".join(cells) + " |")
     return out
 

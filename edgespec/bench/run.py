@@ -23,13 +23,14 @@ from rich.table import Table
 
 from edgespec.api import EdgeSpec
 from edgespec.bench import llama_server
-from edgespec.bench.common import LCP, Run, encode_prompt, print_wide
+from edgespec.bench.common import LCP, Run, encode_prompt, output_format, print_wide
 from edgespec.bench.curves import BatchCurves
 from edgespec.bench.hf_assisted import hf_methods
 from edgespec.bench.hybrid_compare import INTERVAL, against_best_member, against_best_peer, against_plain, verdict
 from edgespec.bench.llama_server import NAME, decode_timing
 from edgespec.bench.oracle import lookup_oracle_time
 from edgespec.bench.replay import REPLAYABLE, priced, replay
+from edgespec.bench.structured import gbnf
 from edgespec.bench.worker import MethodSpec, Worker
 from edgespec.drafters import HYBRID, check_drafter
 from edgespec.errors import EdgespecError
@@ -54,8 +55,9 @@ class _Peer:
     def __init__(self, server, is_eog: Callable[[int], bool]) -> None:
         self.server, self.is_eog = server, is_eog
 
-    def run(self, ids: list[int], max_tokens: int) -> Run:
-        toks, seconds, drafted, accepted = decode_timing(self.server.complete(ids, max_tokens), self.is_eog)
+    def run(self, ids: list[int], max_tokens: int, fmt: dict | None = None) -> Run:
+        answer = self.server.complete(ids, max_tokens, gbnf(fmt) if fmt else None)
+        toks, seconds, drafted, accepted = decode_timing(answer, self.is_eog)
         return Run(toks, seconds, drafted, accepted)
 
 
@@ -146,6 +148,9 @@ def _run_bench(
     from edgespec.runtimes.llamacpp import default_threads, init_backend
 
     drafter_paths = _checked(drafters, peers, params)
+    formats = [output_format(p) for p in prompts]
+    if any(formats) and HF in peers:
+        raise EdgespecError("--peers hf cannot hold answers to a schema or tools: leave it out for structured prompts")
     peer = LCP in peers
     models = {_label(d.removeprefix(HYBRID)): d for d in drafters if uses_model(d)}  # their label: a drafter
     threads = threads or default_threads()
@@ -176,11 +181,12 @@ def _run_bench(
     # the peers' and the methods' processes are the bench's own work, not other programs' load
     load = OtherLoad(own=tuple(s.proc.pid for s in servers) + tuple(w.pid for w in setup.workers))
     timed_curves = BatchCurves(setup.plain_engines(), kernels_off=small_batch_kernels())
-    runs, identical = _interleave(methods, encoded, max_tokens, params, console, timed_curves.time)
+    runs, identical = _interleave(methods, encoded, formats, max_tokens, params, console, timed_curves.time)
     other_cores = _report_load(load, threads, console)
     cats = list(dict.fromkeys(c for c, _ in encoded))
     curves = timed_curves.print(console)
-    costs = priced(host, curves[""]) if PLAIN in methods else None
+    # the oracle and the replays copy plain's text without a grammar: not for structured prompts
+    costs = priced(host, curves[""]) if PLAIN in methods and not any(formats) else None
     oracle = _oracle_times(encoded, runs, costs, cats, console) if costs is not None else {}
     replayed = _replays(drafters, encoded, runs, host, seed, max_draft, draft_min, costs) \
         if costs is not None and params.greedy else {}
@@ -320,11 +326,12 @@ def balanced_orders(n: int) -> list[list[int]]:
     return orders if n % 2 == 0 else orders + [o[::-1] for o in orders]
 
 
-def _interleave(methods: dict[str, Callable], encoded: list[tuple[str, list[int]]], max_tokens: int,
-                params: SamplingParams, console: Console, after_category: Callable[[], None]) -> tuple[dict, dict]:
-    """Every method on every prompt, prompt by prompt, and `after_category` after each category's
-    last prompt. Returns the runs by (method, category), in prompt order, and for greedy decoding
-    how many of them wrote their plain row's text."""
+def _interleave(methods: dict[str, Callable], encoded: list[tuple[str, list[int]]], formats: list[dict | None],
+                max_tokens: int, params: SamplingParams, console: Console,
+                after_category: Callable[[], None]) -> tuple[dict, dict]:
+    """Every method on every prompt (held to its format, if any), prompt by prompt, and
+    `after_category` after each category's last prompt. Returns the runs by (method, category),
+    in prompt order, and for greedy decoding how many of them wrote their plain row's text."""
     from rich.progress import Progress
 
     runs: dict[tuple[str, str], list[Run]] = defaultdict(list)
@@ -338,7 +345,7 @@ def _interleave(methods: dict[str, Callable], encoded: list[tuple[str, list[int]
             now: dict[str, Run] = {}
             for name in (names[j] for j in orders[i % len(orders)]):
                 bar.update(task, description=f"{cat}: {name}")
-                now[name] = methods[name](ids, max_tokens)
+                now[name] = methods[name](ids, max_tokens, formats[i])
                 bar.advance(task)
             for name in names:  # each device's rows compare with its own plain run (gpu:plain for gpu:*)
                 runs[(name, cat)].append(now[name])
@@ -381,6 +388,8 @@ class _Totals(NamedTuple):
     steps: int
     drafter_step_ms: float | None
     by_key: dict  # kind -> [drafted, accepted]
+    forced: int = 0  # tokens a grammar forced
+    grammar_s: float = 0.0
 
     @property
     def tokens_per_s(self) -> float:
@@ -408,7 +417,8 @@ def _totals(runs: dict, name: str, cat: str) -> _Totals:
         drafted=sum(r.drafted for r in rs), accepted=sum(r.accepted for r in rs),
         overhead_ms=sum(r.overhead_ms * len(r.tokens) for r in rs) / max(1, sum(len(r.tokens) for r in rs)),
         by_position=pos, steps=sum(r.steps for r in rs),
-        drafter_step_ms=1000 * sum(r.draft_s for r in rs) / dsteps if dsteps else None, by_key=keys)
+        drafter_step_ms=1000 * sum(r.draft_s for r in rs) / dsteps if dsteps else None, by_key=keys,
+        forced=sum(r.forced for r in rs), grammar_s=sum(r.grammar_s for r in rs))
 
 
 def _rows(methods: dict, runs: dict, identical: dict, cats: list[str], oracle: dict, replayed: dict) -> list[dict]:
@@ -443,7 +453,17 @@ def _row(name: str, cat: str, t: _Totals, base_tps: float, identical: dict) -> d
         "drafter_step_ms": round(t.drafter_step_ms, 3) if t.drafter_step_ms is not None else None,
         # which kind of draft the accepted tokens came from (the hybrid mixes them)
         "by_drafter": {k: {"drafted": dr, "accepted": ac} for k, (dr, ac) in sorted(t.by_key.items())},
+        **_grammar_cells(t),
     }
+
+
+def _grammar_cells(t: _Totals) -> dict:
+    """Under a grammar: the tokens it forced, and its time per token verified (every batch's
+    rows: one a step, the drafted and the forced ones)."""
+    if not t.grammar_s:
+        return {}
+    verified = t.steps + t.drafted + t.forced
+    return {"forced_tokens": t.forced, "grammar_ms_per_verified_token": round(1000 * t.grammar_s / verified, 4)}
 
 
 def _annotate(rows: list[dict], runs: dict, methods: dict, cats: list[str], other_cores: float | None,
@@ -562,6 +582,16 @@ def print_rows(rows: list[dict], console: Console) -> None:
     print_hybrids(rows, console)
     print_against_peers(rows, console)
     print_fastest(rows, console)
+    print_grammar(rows, console)
+
+
+def print_grammar(rows: list[dict], console: Console) -> None:
+    """Under a grammar, one line per method: tokens forced, and the grammar's ms per verified token."""
+    for r in rows:
+        if r["category"] == "all" and "grammar_ms_per_verified_token" in r:
+            console.print(f"grammar, {r['drafter']}: {r['forced_tokens']} tokens forced, "
+                          f"{r['grammar_ms_per_verified_token']:.3f} ms per verified token (masks, forced "
+                          "tokens, draft checks)", highlight=False)
 
 
 def print_fastest(rows: list[dict], console: Console) -> None:

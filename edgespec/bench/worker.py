@@ -11,6 +11,7 @@ tokenizer's use of the model, and clocks nothing itself.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import signal
 from contextlib import nullcontext
@@ -57,6 +58,7 @@ class EdgespecMethod:
                             max_draft=spec.max_draft, device=spec.device, idle_timing=False)
         self.llm.engine.controller.min_k = spec.draft_min
         self.params = spec.params
+        self._grammars: dict[str, Any] = {}
 
     def info(self) -> dict[str, Any]:
         b = self.llm.backend
@@ -64,16 +66,28 @@ class EdgespecMethod:
         return {"n_vocab": b.tokenizer.n_vocab, "device": b.device, "notice": b.notice,
                 "drafter_vocab": drafters[0].tokenizer.n_vocab if drafters else None}
 
-    def run(self, ids: list[int], max_tokens: int) -> Run:
+    def run(self, ids: list[int], max_tokens: int, fmt: dict | None = None) -> Run:
+        """One answer to `ids`, held to `fmt` (common.output_format) if given."""
         self.llm.reset()
         models = model_costs(self.llm.drafter)
         before = (sum(c.steps for c in models), sum(c.step_s for c in models))
-        toks, dt = timed(self.llm.engine.generate(ids, max_tokens, self.params))
+        constraint = self._grammar(fmt).constraint(self.llm.tokenizer) if fmt else None
+        toks, dt = timed(self.llm.engine.generate(ids, max_tokens, self.params, constraint=constraint))
         st = self.llm.last_stats
         after = (sum(c.steps for c in models), sum(c.step_s for c in models))
         return Run(toks, dt, st.drafted, st.accepted, st.overhead_ms_per_token, st.steps,
                    list(zip(st.position_tried, st.position_accepted)), after[0] - before[0],
-                   after[1] - before[1], {k: list(v) for k, v in st.by_key.items()})
+                   after[1] - before[1], {k: list(v) for k, v in st.by_key.items()}, st.forced_tokens, st.grammar_s)
+
+    def _grammar(self, fmt: dict):
+        """The compiled grammar of `fmt`, once per format: compiling is a request's, not decoding's."""
+        from edgespec.tools import Tools
+
+        key = json.dumps(fmt, sort_keys=True)
+        if key not in self._grammars:
+            tools = Tools(**fmt) if "tools" in fmt else None
+            self._grammars[key] = self.llm.grammar(response_format=fmt.get("response_format"), tools=tools)
+        return self._grammars[key]
 
     def time_curve(self, small_batch: bool = True) -> dict[int, float]:
         """Every batch size timed now, from an empty context (seconds by size); with
@@ -105,16 +119,22 @@ class LlamaCppPythonMethod:
     def info(self) -> dict[str, Any]:
         return {"n_vocab": self.llm.n_vocab(), "device": "CPU", "notice": None, "drafter_vocab": None}
 
-    def run(self, ids: list[int], max_tokens: int) -> Run:
+    def run(self, ids: list[int], max_tokens: int, fmt: dict | None = None) -> Run:
+        """One answer, held to `fmt` by llama.cpp's own grammar sampling (GBNF) if given."""
+        from llama_cpp import LlamaGrammar
+
+        from edgespec.bench.structured import gbnf
+
         self.llm.reset()  # no prompt cache across runs: each run pays its own prefill
-        toks, dt = timed(self._tokens(ids, max_tokens))
+        grammar = LlamaGrammar.from_string(gbnf(fmt), verbose=False) if fmt else None
+        toks, dt = timed(self._tokens(ids, max_tokens, grammar))
         return Run(toks, dt)
 
-    def _tokens(self, ids: list[int], max_tokens: int) -> Iterator[int]:
+    def _tokens(self, ids: list[int], max_tokens: int, grammar) -> Iterator[int]:
         p = self.params  # plain sampling, as edgespec's (no min-p, no repeat penalty)
         n = 0
         for t in self.llm.generate(ids, temp=p.temperature, top_k=1 if p.greedy else p.top_k, top_p=p.top_p,
-                                   min_p=0.0, repeat_penalty=1.0, reset=True):
+                                   min_p=0.0, repeat_penalty=1.0, reset=True, grammar=grammar):
             if t in self.eog:
                 return
             yield t
@@ -163,8 +183,8 @@ class Worker:
         self.pid = self._proc.pid
         self.info: dict[str, Any] = self._reply()
 
-    def run(self, ids: list[int], max_tokens: int) -> Run:
-        return self._call("run", list(ids), max_tokens)
+    def run(self, ids: list[int], max_tokens: int, fmt: dict | None = None) -> Run:
+        return self._call("run", list(ids), max_tokens, fmt)
 
     def time_curve(self, small_batch: bool = True) -> dict[int, float]:
         return self._call("time_curve", small_batch)

@@ -19,7 +19,8 @@ from edgespec.errors import EdgespecError
 def bench(
     model: str = ModelOpt,
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="JSONL: {category, prompt} or {category, messages}; "
-                                           "or a shipped set: shipped (the default), heldout, all."),
+                                           "or a shipped set: shipped (the default), heldout, all, structured "
+                                           "(rows with a response_format or tools)."),
     drafters: str = typer.Option("lookup,ngram,recycle,auto", "--drafters", help="Comma-separated edgespec drafters."),
     max_tokens: int = typer.Option(256, "--max-tokens", "-n", min=1),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the run here: its rows, the machine "

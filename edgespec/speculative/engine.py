@@ -183,7 +183,7 @@ class Engine:
     def _draft(self, history: list[int], k_cap: int, st: GenerationStats, hindsight: Hindsight | None) -> Draft:
         """The tokens the grammar forces, then the drafter's, as many as the controller expects
         to pay for themselves; cut at the first the grammar refuses."""
-        forced = self.grammar.forced(k_cap)
+        forced = self.grammar.forced(k_cap) if self.drafter is not None else []  # plain decoding: a token a step
         draft = self._proposed([*history, *forced] if forced else history, k_cap - len(forced), st, hindsight)
         return draft.after(forced).legal(self.grammar.legal(forced + draft.tokens))
 

@@ -23,7 +23,15 @@ from edgespec.speculative.backend import Tokenizer
 # JSON as the models write it and `json.dumps` prints it; no free whitespace, which a model can
 # repeat until the limit
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
-ANY_JSON_OBJECT = {"type": "object"}
+# any JSON object, spelled out so that its numbers are bounded too (_bounded)
+ANY_JSON_OBJECT = {"type": "object", "additionalProperties": {"$ref": "#/$defs/value"}, "$defs": {"value": {"anyOf": [
+    {"type": "string"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"},
+    {"type": "array", "items": {"$ref": "#/$defs/value"}},
+    {"type": "object", "additionalProperties": {"$ref": "#/$defs/value"}}]}}}
+# a number has at most 16 digits before its point and 9 after it (llama.cpp's JSON grammars bound
+# them too): a small model sampling digits can otherwise write them until the answer's limit
+NUMBER_BOUND, NUMBER_STEP = 10**16 - 1, 1e-9
+DATA_KEYWORDS = ("enum", "const", "default", "examples")  # values, not schemas: never rewritten
 
 
 class GrammarError(EdgespecError):
@@ -49,7 +57,7 @@ class Grammar:
         if not isinstance(schema, dict):
             raise GrammarError("a JSON schema is an object")
         try:
-            text = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=JSON_STYLE)
+            text = llguidance.LLMatcher.grammar_from_json_schema(_bounded(schema), overrides=JSON_STYLE)
         except ValueError as e:
             raise GrammarError(f"the JSON schema cannot be compiled: {e}") from None
         return cls._checked(text, "JSON schema")
@@ -93,6 +101,25 @@ class Grammar:
 
     def constraint(self, tokenizer: Tokenizer) -> "Constraint":
         return Constraint(self, tokenizer)
+
+
+def _bounded(schema: Any) -> Any:
+    """The schema with every number lacking a bound given +-NUMBER_BOUND, and every non-integer
+    one lacking a step NUMBER_STEP (what it allows, the schema as given allows too)."""
+    if isinstance(schema, list):
+        return [_bounded(x) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: v if k in DATA_KEYWORDS else _bounded(v) for k, v in schema.items()}
+    types = out.get("type")
+    if types in ("integer", "number") or isinstance(types, list) and {"integer", "number"} & set(types):
+        if "minimum" not in out and "exclusiveMinimum" not in out:
+            out["minimum"] = -NUMBER_BOUND
+        if "maximum" not in out and "exclusiveMaximum" not in out:
+            out["maximum"] = NUMBER_BOUND
+        if "integer" not in (types if isinstance(types, list) else [types]) and "multipleOf" not in out:
+            out["multipleOf"] = NUMBER_STEP
+    return out
 
 
 class Unconstrained:
