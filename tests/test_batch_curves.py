@@ -57,12 +57,12 @@ def test_the_printed_curve_says_how_many_timings_and_how_far_two_tokens_moved_be
 def test_the_curves_are_timed_after_each_categorys_last_prompt_wherever_its_prompts_are():
     seen: list[str] = []
 
-    def method(ids: list[int], max_tokens: int) -> Run:
+    def method(ids: list[int], max_tokens: int, fmt=None) -> Run:
         seen.append(str(ids[0]))
         return Run([1, 2], 0.1)
 
     prompts = [("code", [1]), ("chat", [2]), ("code", [3]), ("summarize", [4]), ("chat", [5])]
-    _interleave({"plain": method}, prompts, 2, SamplingParams(), Console(file=io.StringIO()),
+    _interleave({"plain": method}, prompts, [None] * len(prompts), 2, SamplingParams(), Console(file=io.StringIO()),
                 lambda: seen.append("timed"))
     assert seen == ["1", "2", "3", "timed", "4", "timed", "5", "timed"]
 
@@ -81,14 +81,14 @@ def test_the_bench_runs_each_prompts_methods_in_the_next_balanced_order():
     seen: list[str] = []
 
     def method(name: str):
-        def run(ids: list[int], max_tokens: int) -> Run:
+        def run(ids: list[int], max_tokens: int, fmt=None) -> Run:
             seen.append(name)
             return Run([1, 2], 0.1)
         return run
 
     methods = {name: method(name) for name in ("plain", "lookup", "auto", "peer")}
-    _interleave(methods, [("code", [i]) for i in range(5)], 2, SamplingParams(), Console(file=io.StringIO()),
-                lambda: None)
+    _interleave(methods, [("code", [i]) for i in range(5)], [None] * 5, 2, SamplingParams(),
+                Console(file=io.StringIO()), lambda: None)
     assert [seen[k:k + 4] for k in range(0, 20, 4)] == [
         ["plain", "lookup", "peer", "auto"],
         ["lookup", "auto", "plain", "peer"],
