@@ -47,7 +47,7 @@ class Completion:
     token_ids: list[int]
     finish_reason: str
     stats: GenerationStats
-    structured: bool = False  # asked for JSON (json_schema, response_format)
+    structured: bool = False  # held to JSON (json_schema, response_format)
     tool_calls: list[dict] = field(default_factory=list)  # OpenAI's, when tools were offered and called
 
     @property
@@ -320,7 +320,7 @@ class EdgeSpec:
         st = self.engine.last_stats
         finish = finish or ("tool_calls" if calls and st.finish_reason == "stop" else st.finish_reason)
         stream.completion = Completion(text, stream.prompt_ids, stream.token_ids, finish, st,
-                                       structured=grammar is not None and tools is None, tool_calls=calls)
+                                       structured=grammar is not None and grammar.is_json, tool_calls=calls)
 
     def stream(self, prompt: str, **kw) -> Stream:
         """Stream a plain completion of `prompt` (no chat template)."""

@@ -60,7 +60,8 @@ class Tools:
         c = self.choice
         if c in ("none", "auto", "required"):
             return None
-        name = c.get("function", {}).get("name") if isinstance(c, dict) and c.get("type") == "function" else None
+        fn = c.get("function") if isinstance(c, dict) and c.get("type") == "function" else None
+        name = fn.get("name") if isinstance(fn, dict) else None
         if not isinstance(name, str):
             raise ToolError('tool_choice must be "none", "auto", "required" or '
                             '{"type": "function", "function": {"name": ...}}')
@@ -130,7 +131,9 @@ def _as_template_reads(m: dict, template_renders_tools: bool) -> dict:
         return m if m.get("content") is not None else {**m, "content": ""}
     parsed = []
     for c in calls:
-        fn = c.get("function", c)
+        fn = c.get("function", c) if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise ToolError("an earlier tool call must be {\"function\": {\"name\": ..., \"arguments\": ...}}")
         args = fn.get("arguments", {})
         try:
             args = json.loads(args) if isinstance(args, str) else args

@@ -360,9 +360,19 @@ def test_a_tool_result_goes_back_through_the_template_and_the_answer_goes_on(roo
     ([WEATHER], {"type": "function", "function": {"name": "nope"}}, "not among the tools"),
     ([WEATHER], "sometimes", "tool_choice must be"),
     ([], "auto", "1 to 128 tools"),
+    ([WEATHER], {"type": "function", "function": "get_weather"}, "tool_choice must be"),
 ])
 def test_tools_that_cannot_be_honoured_are_one_clear_error(tools, choice, says):
     from edgespec.tools import Tools
 
     with pytest.raises(EdgespecError, match=says):
         Tools(tools, choice)
+
+
+def test_an_earlier_call_that_is_not_a_call_is_one_clear_error(roomy_backend):
+    llm = EdgeSpec(roomy_backend)
+    messages = ASK + [{"role": "assistant", "content": None, "tool_calls": [{"function": "get_weather"}]}]
+    from edgespec.tools import Tools
+
+    with pytest.raises(EdgespecError, match="an earlier tool call must be"):
+        llm.chat_ids(messages, Tools([WEATHER]))

@@ -44,6 +44,11 @@ class Grammar:
     def __init__(self, text: str, description: str) -> None:
         self.text, self.description = text, description
 
+    @property
+    def is_json(self) -> bool:
+        """Its answers are JSON values (a schema, or any object)."""
+        return self.description == "JSON schema"
+
     @classmethod
     def json_schema(cls, schema: dict | str) -> "Grammar":
         """Answers that are JSON valid against `schema` (a dict, or its JSON text)."""
