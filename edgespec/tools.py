@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgespec.errors import EdgespecError
-from edgespec.speculative.grammar import JSON_STYLE, Grammar
+from edgespec.speculative.grammar import JSON_STYLE, Grammar, bounded
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.DOTALL)
@@ -73,16 +73,26 @@ class Tools:
         """What the answer may be under this tool_choice."""
         if self.choice == "none":
             return Grammar.lark(f"start: TEXT\nTEXT: {TEXT}\n")
-        names = [self.forced_name] if self.forced_name else list(self.functions)
-        call = {"anyOf": [self.call_schema(n) for n in names], "x-guidance": JSON_STYLE}
-        calls = 'call ("\\n" call)*' if self.parallel and not self.forced_name else "call"
+        call = {"anyOf": [self.call_schema(n) for n in self.callable], "x-guidance": JSON_STYLE}
+        calls = 'call ("\\n" call)*' if self.several else "call"
         start = "calls" if self.choice == "required" or self.forced_name else "TEXT | TEXT? calls"
         return Grammar.lark(f"start: {start}\ncalls: {calls}\n"
                             f'call: "{OPEN}\\n" %json {json.dumps(call)} "\\n{CLOSE}"\nTEXT: {TEXT}\n')
 
+    @property
+    def callable(self) -> list[str]:
+        """The functions a call may name under this tool_choice."""
+        return [self.forced_name] if self.forced_name else list(self.functions)
+
+    @property
+    def several(self) -> bool:
+        """Whether an answer may make more than one call."""
+        return self.parallel and not self.forced_name
+
     def call_schema(self, name: str) -> dict:
-        return {"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
-                "properties": {"name": {"const": name}, "arguments": self.functions[name]["parameters"]}}
+        """One call's JSON, its numbers bounded as a response_format's are (grammar.bounded)."""
+        return bounded({"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
+                        "properties": {"name": {"const": name}, "arguments": self.functions[name]["parameters"]}})
 
     def split(self, text: str) -> tuple[str | None, list[dict]]:
         """The answer's text before its first call (None when empty), and its calls as OpenAI's

@@ -23,9 +23,7 @@ def gbnf(fmt: dict) -> str:
     tools = Tools(**fmt)
     if tools.choice not in ("required",) and not tools.forced_name:
         raise ValueError("a bench prompt with tools asks for tool_choice required or a named function")
-    names = [tools.forced_name] if tools.forced_name else list(tools.functions)
-    call = json_schema_to_gbnf(json.dumps({"anyOf": [tools.call_schema(n) for n in names]}))
+    call = json_schema_to_gbnf(json.dumps({"anyOf": [tools.call_schema(n) for n in tools.callable]}))
     call = re.sub(r"^root ::=", "call ::=", call, flags=re.MULTILINE)
     block = f'"{OPEN}\\n" call "\\n{CLOSE}"'
-    several = tools.parallel and not tools.forced_name
-    return f'root ::= {block}' + (f' ("\\n" {block})*' if several else "") + "\n" + call
+    return f'root ::= {block}' + (f' ("\\n" {block})*' if tools.several else "") + "\n" + call

@@ -23,7 +23,7 @@ from edgespec.speculative.backend import Tokenizer
 # JSON as the models write it and `json.dumps` prints it; no free whitespace, which a model can
 # repeat until the limit
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
-# any JSON object, spelled out so that its numbers are bounded too (_bounded)
+# any JSON object, spelled out so that its numbers are bounded too (bounded)
 ANY_JSON_OBJECT = {"type": "object", "additionalProperties": {"$ref": "#/$defs/value"}, "$defs": {"value": {"anyOf": [
     {"type": "string"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"},
     {"type": "array", "items": {"$ref": "#/$defs/value"}},
@@ -62,7 +62,7 @@ class Grammar:
         if not isinstance(schema, dict):
             raise GrammarError("a JSON schema is an object")
         try:
-            text = llguidance.LLMatcher.grammar_from_json_schema(_bounded(schema), overrides=JSON_STYLE)
+            text = llguidance.LLMatcher.grammar_from_json_schema(bounded(schema), overrides=JSON_STYLE)
         except ValueError as e:
             raise GrammarError(f"the JSON schema cannot be compiled: {e}") from None
         return cls._checked(text, "JSON schema")
@@ -108,14 +108,14 @@ class Grammar:
         return Constraint(self, tokenizer)
 
 
-def _bounded(schema: Any) -> Any:
+def bounded(schema: Any) -> Any:
     """The schema with every number lacking a bound given +-NUMBER_BOUND, and every non-integer
     one lacking a step NUMBER_STEP (what it allows, the schema as given allows too)."""
     if isinstance(schema, list):
-        return [_bounded(x) for x in schema]
+        return [bounded(x) for x in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: v if k in DATA_KEYWORDS else _bounded(v) for k, v in schema.items()}
+    out = {k: v if k in DATA_KEYWORDS else bounded(v) for k, v in schema.items()}
     types = out.get("type")
     if types in ("integer", "number") or isinstance(types, list) and {"integer", "number"} & set(types):
         if "minimum" not in out and "exclusiveMinimum" not in out:
