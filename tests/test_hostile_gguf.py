@@ -78,6 +78,22 @@ def test_what_the_rules_miss_the_child_load_refuses(tmp_path, monkeypatch):
         check_model_file(path)
 
 
+def test_a_child_without_llama_cpp_says_nothing_of_the_file_and_nothing_is_kept(tmp_path, monkeypatch):
+    import edgespec.models.gguf_probe as gguf_probe
+
+    broken = tmp_path / "site" / "llama_cpp"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('no llama.cpp here')")
+    env = gguf_probe.child_env
+    monkeypatch.setattr(gguf_probe, "child_env", lambda: {**env(), "PYTHONPATH": str(broken.parent)})
+    # a header no other test wrote: its verdict is not kept from before
+    path = tiny_gguf.write(tmp_path / "model.gguf", metadata={"tiny.nonce": str(tmp_path)})
+    with pytest.raises(ModelError, match="cannot check .*llama-cpp-python does not load .*no llama.cpp here"):
+        check_model_file(path)
+    monkeypatch.setattr(gguf_probe, "child_env", env)
+    check_model_file(path)  # checked again where llama.cpp loads: the file is fine
+
+
 def test_a_file_edited_in_place_is_checked_again_whatever_its_size_and_mtime(tmp_path):
     path = tiny_gguf.write(tmp_path / "model.gguf", metadata={"llama.rope.scaling.type": "none"})
     check_model_file(path)

@@ -22,6 +22,12 @@ import sys
 from pathlib import Path
 
 PROBE_TIMEOUT_S = 300.0  # a large model on a busy machine; a hang is refused, not cached
+CANNOT_PROBE = 3  # the child's exit code when llama.cpp itself cannot be loaded here
+
+
+class ProbeUnavailable(Exception):
+    """The probe could not run here (no llama.cpp in this environment, or too slow): no verdict
+    on the file, so nothing is kept."""
 MIXED_SCRIPT = "Hello, мир! 你好 🌍 ∑x²≤1 — café\tnaïve ünïcödé\n\x00\x7f"
 
 
@@ -49,10 +55,12 @@ def probe(path: Path) -> str | None:
         r = subprocess.run([sys.executable, "-m", "edgespec.models.gguf_probe", str(path)],
                            capture_output=True, text=True, errors="replace", timeout=PROBE_TIMEOUT_S, env=child_env())
     except subprocess.TimeoutExpired:
-        raise TimeoutError(f"llama.cpp took over {PROBE_TIMEOUT_S:.0f} s to load {path}") from None
+        raise ProbeUnavailable(f"llama.cpp took over {PROBE_TIMEOUT_S:.0f} s to load {path}") from None
     if r.returncode == 0:
         return None
     said = _last_words(r.stderr)
+    if r.returncode == CANNOT_PROBE:
+        raise ProbeUnavailable(f"cannot check {path}: llama-cpp-python does not load in {sys.executable} ({said})")
     if r.returncode < 0:
         try:
             name = signal.Signals(-r.returncode).name
@@ -85,6 +93,11 @@ def _main(path: str) -> None:
 
 
 if __name__ == "__main__":
+    try:
+        import llama_cpp  # noqa: F401
+    except Exception as e:  # this environment's fault, not the file's
+        print(f"{type(e).__name__}: {e}", file=sys.stderr)
+        sys.exit(CANNOT_PROBE)
     try:
         _main(sys.argv[1])
     except Exception as e:  # the parent reports it in one line

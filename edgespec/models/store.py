@@ -23,7 +23,7 @@ import platformdirs
 from edgespec.errors import ModelError
 from edgespec.files import forget_gone, locked, scratch_beside, sha256_file, write_json
 from edgespec.models.export_check import check_export, check_onnx
-from edgespec.models.gguf_probe import header_digest, probe
+from edgespec.models.gguf_probe import ProbeUnavailable, header_digest, probe
 
 CACHE_ENV = "EDGESPEC_CACHE"
 
@@ -307,8 +307,8 @@ def _first_check(p: Path, stamp: Path) -> dict:
     except (OSError, ValueError):
         try:
             verdict = {"error": probe(p)}
-        except TimeoutError as e:
-            raise ModelError(str(e)) from None  # not kept: a busy machine may load it next time
+        except ProbeUnavailable as e:
+            raise ModelError(str(e)) from None  # not kept: no verdict on the file
         write_json(kept, verdict)
     _keep_check(stamp, {"path": str(p.resolve()), "header_bytes": header_bytes})
     return verdict
