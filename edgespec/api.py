@@ -52,8 +52,9 @@ class Completion:
 
     @property
     def parsed(self) -> Any:
-        """The answer's JSON value, when JSON was asked for and the answer ran to its end; else None."""
-        if not self.structured or self.finish_reason != "stop":
+        """The answer's JSON value, when JSON was asked for and the answer ran to its end or the
+        limit came and the grammar closed it; else None."""
+        if not self.structured or not (self.finish_reason == "stop" or self.stats.closed):
             return None
         return json.loads(self.text)
 

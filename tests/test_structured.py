@@ -49,16 +49,17 @@ def model():
 
 
 def one_token_at_a_time(backend, grammar, prompt, n):
-    """Constrained greedy decoding by the book: evaluate one token, mask, take the argmax."""
+    """Constrained greedy decoding by the book: evaluate one token, mask, take the argmax; the
+    constraint closes the answer where the limit would cut it."""
     constraint, out = grammar.constraint(backend.tokenizer), []
+    constraint.begin(n)
     logits = backend.eval(prompt, n_logits=1)
     while len(out) < n:
-        token = int(np.argmax(constraint.masked([], logits)[0]))
-        if backend.tokenizer.is_eog(token):
-            break
-        constraint.commit([token])
-        out.append(token)
-        logits = backend.eval([token])
+        for token in constraint.commit([int(np.argmax(constraint.masked([], logits)[0]))]):
+            if backend.tokenizer.is_eog(token):
+                return out
+            out.append(token)
+        logits = backend.eval(out[-1:])
     return out
 
 
@@ -121,6 +122,39 @@ def test_sampled_constrained_answers_are_valid(model, seed):
         jsonschema.validate(json.loads(backend.tokenizer.decode(out)), schema)
 
 
+TAGS = {"type": "object", "additionalProperties": False, "required": ["tags", "count"],
+        "properties": {"tags": {"type": "array", "minItems": 1, "items": {"type": "string"}}, "count": {"type": "integer"}}}
+
+
+@pytest.mark.parametrize("drafter", ["none", "auto"])
+def test_an_answer_the_limit_would_cut_is_closed_valid_within_the_limit(model, drafter):
+    """An unbounded list runs on to the limit; near it, the grammar closes the answer (the open
+    string, the list, the required count): valid, within max_tokens, finish_reason "length".
+    Greedy, the same tokens as constrained decoding one token at a time."""
+    backend = ReferenceBackend(model)
+    llm, grammar, closed = EdgeSpec(backend, drafter=drafter), Grammar.json_schema(TAGS), 0
+    for max_tokens in (30, 40, 64):
+        for prompt in PROMPTS:
+            c = llm.generate(prompt, grammar=grammar, max_tokens=max_tokens)
+            jsonschema.validate(c.parsed, TAGS)
+            assert len(c.token_ids) <= max_tokens
+            assert c.finish_reason == ("length" if c.stats.closed else "stop")
+            closed += c.stats.closed
+            expected = one_token_at_a_time(ReferenceBackend(model), grammar, backend.tokenizer.encode(prompt),
+                                           max_tokens)
+            assert c.token_ids == expected, (prompt, max_tokens)
+            for seed in range(3):
+                sampled = llm.generate(prompt, grammar=grammar, max_tokens=max_tokens, temperature=0.8, seed=seed)
+                jsonschema.validate(sampled.parsed, TAGS)
+                assert len(sampled.token_ids) <= max_tokens
+    assert closed >= 3  # the limit came first for some: the closing ran
+
+
+def test_a_limit_below_the_shortest_answer_is_one_clear_error(reference_backend):
+    with pytest.raises(GrammarError, match=r"max_tokens 5 is too few for the shortest answer .* \(\d+ tokens\)"):
+        EdgeSpec(reference_backend).generate(PROMPTS[0], json_schema=PERSON, max_tokens=5)
+
+
 def test_a_sampled_draft_cut_where_the_grammar_refuses_keeps_the_masked_distribution():
     """A drafter drew x from q; where x is illegal the draft ends there and the target draws
     from the residual of the masked distribution p against q: each emitted token follows p."""
@@ -176,7 +210,7 @@ def test_the_api_answers_with_the_parsed_value_and_response_format_as_openai_sha
     labelled = llm.generate(PROMPTS[2], response_format={"type": "json_object", "schema": LABEL})  # llama-server's
     jsonschema.validate(labelled.parsed, LABEL)
     anything = llm.generate(PROMPTS[1], response_format={"type": "json_object"}, max_tokens=8)
-    assert anything.text.startswith("{") and anything.finish_reason == "length" and anything.parsed is None
+    assert anything.finish_reason == "length" and isinstance(anything.parsed, dict)  # closed by the limit
     assert llm.generate(PROMPTS[1], response_format={"type": "text"}, max_tokens=4).parsed is None
 
 
@@ -233,30 +267,28 @@ def assert_answer_valid(llm, c, row):
 
 
 def test_a_real_model_answers_every_structured_prompt_validly_greedy_and_sampled(smollm2, capsys):
-    """Every answer that ends is valid. The 135M model may loop (repeat a receipt's items, ramble
-    inside a string) until the limit: such an answer is cut, finish_reason "length" as OpenAI's,
-    and listed here."""
+    """Every answer is valid. The 135M model may loop (repeat a receipt's items, ramble inside a
+    string) until the limit: the grammar closes such an answer there (finish_reason "length"),
+    and they are listed here."""
     from edgespec.tools import Tools
 
     llm = EdgeSpec(smollm2, drafter="auto")
-    ended, cut = 0, []
+    answers, closed = 0, []
     for ids, grammar, row in structured_prompts(llm):
         tools = Tools(row["tools"], row.get("tool_choice", "auto")) if "tools" in row else None
-        valid = 0
         for temperature, seed in [(0.0, None), (0.8, 0), (0.8, 1), (0.8, 2)]:
             c = llm.stream_ids(ids, max_tokens=400, temperature=temperature, seed=seed, grammar=grammar, tools=tools)
             for _ in c:
                 pass
-            if c.completion.finish_reason == "length":
-                cut.append((row["task"], seed))
-                continue
-            assert c.completion.finish_reason in ("stop", "tool_calls"), (row["task"], seed, c.completion.text)
+            if c.completion.stats.closed:
+                closed.append((row["task"], seed))
+            else:
+                assert c.completion.finish_reason in ("stop", "tool_calls"), (row["task"], seed, c.completion.text)
             assert_answer_valid(llm, c.completion, row)
-            valid += 1
-        ended += valid
-    assert ended >= 20, cut  # of 40: the grammar ran on real answers, not only on cut ones
+            answers += 1
+    assert answers == 40 and len(closed) <= 20  # the grammar ran on ended answers, not only on closed ones
     with capsys.disabled():
-        print(f"\n[smollm2-135m structured] valid answers: {ended}; cut by the limit (task, seed): {cut}")
+        print(f"\n[smollm2-135m structured] {answers} answers valid; closed at the limit (task, seed): {closed}")
 
 
 def test_on_a_real_model_constrained_speculation_matches_one_token_at_a_time_up_to_near_ties(smollm2, capsys):

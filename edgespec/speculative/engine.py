@@ -101,6 +101,7 @@ class Engine:
         prompt = checked_request(prompt, max_tokens, self.backend.n_ctx)
         with self._gate.generation():
             self.grammar = constraint or Unconstrained()
+            self.grammar.begin(max_tokens)
             yield from self._generate(prompt, max_tokens, params or SamplingParams(), cancel)
 
     def _generate(self, prompt: list[int], max_tokens: int, params: SamplingParams,
@@ -111,7 +112,7 @@ class Engine:
         st = self.last_stats = GenerationStats(prompt_tokens=len(prompt), finish_reason="length")
         st.threads_most = self.threads.most or threads
         t_start, load = time.perf_counter(), OtherLoad()
-        pending = [self._prefill(prompt, params, rng, st)]
+        pending = self._prefill(prompt, params, rng, st)
         st.prefill_s = time.perf_counter() - t_start
         self.threads.watch()  # a prompt read slowly beside a new load: before anything is timed
         self.learned.before(params.greedy)
@@ -139,18 +140,17 @@ class Engine:
             self._end(st, t_start, load, threads, ended, steps_before, params)
 
     def _prefill(self, prompt: list[int], params: SamplingParams, rng: np.random.Generator,
-                 st: GenerationStats) -> int:
+                 st: GenerationStats) -> list[int]:
         """Evaluate what the cache lacks of the prompt (a chat turn extends the previous one;
-        at least one token is evaluated, for the logits of the first answer token)."""
+        at least one token is evaluated, for the logits of the first answer token); the first
+        token(s) to emit."""
         b = self.backend
         keep = min(common_prefix(self.cached, prompt), len(prompt) - 1)
         b.rollback(keep)
         self.cached = self.cached[:keep]
         logits = self.grammar.masked([], b.eval(prompt[keep:], n_logits=1), params.greedy)[0]
         self.cached = list(prompt)
-        first = sample(logits, params, rng)
-        self.grammar.commit([first])
-        return first
+        return self.grammar.commit([sample(logits, params, rng)])
 
     def _begin_drafter(self, history: list[int], params: SamplingParams, rng: np.random.Generator,
                        st: GenerationStats) -> Hindsight | None:
@@ -169,7 +169,7 @@ class Engine:
         """Yield what the last step produced; returns True when the answer is over."""
         for t in pending:
             if self.backend.tokenizer.is_eog(t):
-                st.finish_reason = "stop"
+                st.finish_reason = "length" if self.grammar.closed else "stop"
                 return True
             history.append(t)
             st.generated_tokens += 1
@@ -225,7 +225,7 @@ class Engine:
         if n < k:
             b.rollback(n_before + 1 + n)
         self.cached.extend(batch[: 1 + n])
-        self.grammar.commit([*draft.tokens[:n], verdict.next_token])
+        emitted = self.grammar.commit([*draft.tokens[:n], verdict.next_token])
         st.record_step(draft.kind, k, n, forced=f)
         if self.drafter is not None:
             charged = dt if self.clock is None else self.clock.seconds(len(batch), n_before)
@@ -233,13 +233,13 @@ class Engine:
             t0 = time.perf_counter()
             self.drafter.observe(history, batch[: n + 1], out[: n + 1], verdict.next_token)
             st.draft_s += time.perf_counter() - t0
-        return [*draft.tokens[:n], verdict.next_token]
+        return emitted
 
     def _end(self, st: GenerationStats, t_start: float, load: OtherLoad, threads: int | None, ended: bool,
              steps_before: dict, params: SamplingParams) -> None:
         """Close the stats; keep what was learned, unless other programs' load distorted it."""
         st.total_s = time.perf_counter() - t_start
-        st.grammar_s = self.grammar.seconds
+        st.grammar_s, st.closed = self.grammar.seconds, self.grammar.closed
         st.other_cores = load.cores()
         st.threads = self.backend.n_threads
         steady = st.threads == threads  # timings are kept per thread count: one that changed midway describes neither

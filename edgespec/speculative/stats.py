@@ -30,6 +30,7 @@ class GenerationStats:
     by_key: dict[str, list[int]] = field(default_factory=dict)  # drafter family -> [drafted, accepted]
     forced_tokens: int = 0  # emitted because a grammar allowed nothing else: verified, never drafted
     grammar_s: float = 0.0  # of the decoding: the grammar's masks, forced tokens and checks
+    closed: bool = False  # the limit came ("length") and the grammar's answer is whole: the text is valid
 
     def record_step(self, kind: Kind, k: int, n_accepted: int, forced: int = 0) -> None:
         """A verified draft of k tokens, n_accepted of them accepted; its first `forced` were a
