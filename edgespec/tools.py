@@ -25,7 +25,11 @@ NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names
 MAX_TOOLS = 128
 # text that never opens a call: what "auto" answers with before its calls, if any
 TEXT = r"/(.|\n)+/ & ~/(.|\n)*<tool_call>(.|\n)*/"
-
+# "auto" also takes a call as Qwen2.5-Coder often writes one: the answer opening with a JSON block
+# whose object starts with "name" and a tool's name (llama.cpp's Hermes parser triggers on the
+# same). Such an answer is one call held to the tools' schemas, so "auto"'s text may not open so.
+FENCE, FENCE_END = "```json\n", "\n```"
+WS = r"[ \t\n\r]*"  # llguidance's flexible JSON whitespace
 
 class ToolError(EdgespecError):
     """Tools or a tool_choice that cannot be honoured as given."""
@@ -73,11 +77,34 @@ class Tools:
         """What the answer may be under this tool_choice."""
         if self.choice == "none":
             return Grammar.lark(f"start: TEXT\nTEXT: {TEXT}\n")
-        call = {"anyOf": [self.call_schema(n) for n in self.callable], "x-guidance": JSON_STYLE}
-        calls = 'call ("\\n" call)*' if self.several else "call"
-        start = "calls" if self.choice == "required" or self.forced_name else "TEXT | TEXT? calls"
-        return Grammar.lark(f"start: {start}\ncalls: {calls}\n"
-                            f'call: "{OPEN}\\n" %json {json.dumps(call)} "\\n{CLOSE}"\nTEXT: {TEXT}\n')
+        schemas = [self.call_schema(n) for n in self.callable]
+        call = {"anyOf": schemas, "x-guidance": JSON_STYLE}
+        more = ' ("\\n" call)*' if self.several else ""
+        rules = f'call: "{OPEN}" opened\nopened: "\\n" %json {json.dumps(call)} "\\n{CLOSE}"\n'
+        if self.choice == "required" or self.forced_name:
+            return Grammar.lark(f"start: call{more}\n{rules}")
+        # text, then calls: the text ends at the first call's tag (a suffix lexeme: a greedy one
+        # would run on past the tag, and llguidance cannot roll a stop= one back)
+        not_fenced = f" & ~/{self._fence_head()}(.|\\n)*/"
+        return Grammar.lark(f"start: TEXT | lead opened{more} | fenced\n{rules}TEXT: {TEXT}{not_fenced}\n"
+                            f'lead[suffix="{OPEN}"]: /(.|\\n)*/{not_fenced}\n{self._fenced_rules()}')
+
+    def _fence_head(self, name: str | None = None) -> str:
+        """A JSON block's opening through the name of a call's tool (`name`, or any callable), as a
+        regular expression (names are letters, digits, _ and -: nothing to escape)."""
+        return r"```json\n" + WS + r"\{" + WS + '"name"' + WS + ":" + WS + f'"({name or "|".join(self.callable)})"'
+
+    def _fenced_rules(self) -> str:
+        """A call in a JSON block, its whitespace free. Its head, through the tool's name, is one
+        lexeme ending where "auto"'s text may no longer go on, so the lexer reads one or the other."""
+        flexible = {**JSON_STYLE, "whitespace_flexible": True}
+        rules = [f"fenced: ({' | '.join(f'fenced{i}' for i in range(len(self.callable)))}) FENCE_TAIL"]
+        for i, name in enumerate(self.callable):
+            arguments = {**self.call_schema(name)["properties"]["arguments"], "x-guidance": flexible}
+            rules += [f'fenced{i}: HEAD{i} COMMA "\\"arguments\\"" COLON %json {json.dumps(arguments)}',
+                      f"HEAD{i}: /{self._fence_head(name)}/"]
+        rules += [f"COLON: /{WS}:{WS}/", f"COMMA: /{WS},{WS}/", f"FENCE_TAIL: /{WS}\\}}\\n```/"]
+        return "\n".join(rules) + "\n"
 
     @property
     def callable(self) -> list[str]:
@@ -97,21 +124,19 @@ class Tools:
     def split(self, text: str) -> tuple[str | None, list[dict]]:
         """The answer's text before its first call (None when empty), and its calls as OpenAI's
         tool_calls, arguments as JSON text."""
+        if self._fenced(text):
+            return None, [_call(text[len(FENCE):-len(FENCE_END)])]
         start = text.find(OPEN)
         if start < 0:
             return text, []
-        calls = []
-        for body in CALL.findall(text[start:]):
-            call = json.loads(body)
-            calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                          "function": {"name": call["name"],
-                                       "arguments": json.dumps(call["arguments"], ensure_ascii=False)}})
         content = text[:start]
-        return content if content.strip() else None, calls
+        return content if content.strip() else None, [_call(body) for body in CALL.findall(text[start:])]
 
     def shown(self, text: str) -> int:
         """How much of an answer so far may stream as text: up to its first call, or to where a
         call may be starting."""
+        if self._fenced(text, opening=True):
+            return 0
         start = text.find(OPEN)
         if start >= 0:
             return start
@@ -119,6 +144,23 @@ class Tools:
             if OPEN.startswith(text[-n:]):
                 return len(text) - n
         return len(text)
+
+    def _fenced(self, text: str, opening: bool = False) -> bool:
+        """The answer is a call in a JSON block ("auto" only); `opening`: it is, or may yet be."""
+        if self.choice != "auto":
+            return False
+        if re.match(self._fence_head(), text):
+            return opening or text.endswith(FENCE_END)
+        if not opening or not FENCE.startswith(text[:len(FENCE)]):
+            return False
+        squeezed = re.sub(WS, "", text[len(FENCE):len(FENCE) + 200])
+        return any(f'{{"name":"{name}"'.startswith(squeezed) for name in self.callable)
+
+def _call(body: str) -> dict:
+    """OpenAI's tool call of one call's JSON text (arguments as JSON text)."""
+    call = json.loads(body)
+    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+            "function": {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}
 
 
 def with_tools(messages: list[dict], tools: Tools, template_renders_tools: bool) -> tuple[list[dict], list | None]:

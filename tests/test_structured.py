@@ -408,3 +408,28 @@ def test_an_earlier_call_that_is_not_a_call_is_one_clear_error(roomy_backend):
 
     with pytest.raises(EdgespecError, match="an earlier tool call must be"):
         llm.chat_ids(messages, Tools([WEATHER]))
+
+
+def test_auto_reads_a_call_written_in_a_json_block_and_holds_it_to_the_tools(roomy_backend):
+    """Qwen2.5-Coder often answers "auto" with a JSON block naming a tool: that is a call (as
+    llama.cpp's Hermes parser reads it), held to the tool's parameters. Text may come before a
+    <tool_call>; a JSON block that names no tool is text."""
+    from edgespec.tools import Tools
+
+    tools, tok = Tools([WEATHER, CLOCK]), roomy_backend.tokenizer
+
+    def allowed(text, choice="auto"):
+        ids = tok.encode(text, add_bos=False)
+        return Tools([WEATHER, CLOCK], choice).grammar().constraint(tok).legal(ids) == len(ids)
+
+    fenced = '```json\n{\n  "name": "get_time",\n  "arguments": {"city": "Tokyo"}\n}\n```'
+    content, calls = tools.split(fenced)
+    assert allowed(fenced) and content is None and len(calls) == 1
+    assert calls[0]["function"]["name"] == "get_time" and json.loads(calls[0]["function"]["arguments"]) == {"city": "Tokyo"}
+    assert tools.shown(fenced[:5]) == tools.shown(fenced[:30]) == 0  # streams no text
+    assert not allowed('```json\n{"name": "get_time", "arguments": {"town": "Oslo"}}\n```')  # not its parameters
+    for other in ['```json\n{"city": "Paris"}\n```', '```json\n{"name": "Bob", "age": 3}\n```']:  # no tool named
+        assert allowed(other) and tools.split(other) == (other, []) and tools.shown(other) == len(other)
+    said = 'Let me look. <tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    assert allowed(said) and tools.split(said)[0] == "Let me look. " and len(tools.split(said)[1]) == 1
+    assert allowed(fenced, "none") and Tools([WEATHER], "none").split(fenced) == (fenced, [])  # "none": text
