@@ -303,7 +303,7 @@ class Constraint(Unconstrained):
                 m.consume_tokens(forced)
                 out, last = out + forced, None
                 continue
-            bits = np.frombuffer(m.compute_bitmask(), dtype=np.uint8)
+            bits = self._bits(m)
             allowed = [t for t in self.view.alphabet if self._allows(bits, t)]
             t = next((t for t in allowed if t != last or t in self.view.closers), None)
             if t is None:  # none of those (within a character's bytes, say): the first token allowed
@@ -314,9 +314,9 @@ class Constraint(Unconstrained):
             last = t
         return out
 
-    def _bits(self) -> np.ndarray:
-        """The grammar's mask here: a bit per token, 1 where it is allowed."""
-        return np.frombuffer(self.matcher.compute_bitmask(), dtype=np.uint8)
+    def _bits(self, matcher=None) -> np.ndarray:
+        """The grammar's mask here (or at `matcher`'s state): a bit per token, 1 where allowed."""
+        return np.frombuffer((matcher or self.matcher).compute_bitmask(), dtype=np.uint8)
 
     def _allows(self, bits: np.ndarray, t: int) -> bool:
         return t < self.n_vocab and bool(bits[t >> 3] >> (t & 7) & 1)
