@@ -70,6 +70,16 @@ def small_batch_kernels() -> bool:
         return False
 
 
+def small_batch_isa() -> str | None:
+    """Which of the patches' kernel sets the loaded llama.cpp runs for small batches, by the CPU
+    features it was compiled with: "avx512-vnni" (AVX-512 F/BW/VL and VNNI), else "avx2", else None."""
+    info = ll.llama_print_system_info().decode(errors="replace")
+    features = {part.split("=")[0].strip() for part in info.split("|") if part.strip().endswith("= 1")}
+    if "AVX512" in features and "AVX512_VNNI" in features:
+        return "avx512-vnni"
+    return "avx2" if "AVX2" in features else None
+
+
 @contextmanager
 def environ(name: str, value: str) -> Iterator[None]:
     """The environment variable `name` set to `value` meanwhile, then as it was."""

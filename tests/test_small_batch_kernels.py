@@ -7,6 +7,9 @@ kernel, so comparing a batch with its rows one by one compares the two paths. Th
 integer products in another order of float additions, so they agree to float rounding (the
 existing kernels' own batched paths differ from their one-row path by as much).
 
+The build chooses one kernel set by the CPU it is built for: AVX-512 VNNI where the CPU has it,
+else AVX2. Each case names its set and runs only where the installed llama.cpp runs that set.
+
 The weights go through ggml as a model's do: quantized by ggml, placed in a plain CPU buffer
 (the file's layout) or in the CPU backend's repacking buffer (the layout llama.cpp gives
 Q4_K and Q4_0 at load on an AVX2 CPU).
@@ -18,7 +21,7 @@ import numpy as np
 import pytest
 
 from edgespec.runtimes.ggml_matmul import Ggml, MatMul
-from edgespec.runtimes.llamacpp import SMALL_BATCH_SWITCH, llama_cpp_kernels_only, small_batch_kernels
+from edgespec.runtimes.llamacpp import SMALL_BATCH_SWITCH, llama_cpp_kernels_only, small_batch_isa, small_batch_kernels
 
 TYPES = ["q4_K", "q5_K", "q6_K", "q8_0", "q4_0"]
 REPACKED_ON_AVX2 = ["q4_K", "q4_0"]  # repack.cpp's choice for x86 with AVX2
@@ -42,10 +45,9 @@ def ggml():
     g.close()
 
 
-def batch_and_rows(ggml, type_name: str, repacked: bool, rows: int, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    w = ggml.quantize(type_name, rng.standard_normal((N, K)))
-    x = rng.standard_normal((rows, K)).astype(np.float32)
+def together_and_apart(ggml, type_name: str, repacked: bool, w: bytes, x: np.ndarray):
+    """The quantized weights `w` times the rows of `x` as one batch, and one row at a time."""
+    rows = len(x)
     batch, one = MatMul(ggml, type_name, w, N, K, rows, repacked), MatMul(ggml, type_name, w, N, K, 1, repacked)
     try:
         return batch(x), np.stack([one(x[i:i + 1])[0] for i in range(rows)])
@@ -54,14 +56,42 @@ def batch_and_rows(ggml, type_name: str, repacked: bool, rows: int, seed: int = 
         one.close()
 
 
-ON_AVX2 = pytest.mark.skipif(not avx2(), reason="llama.cpp repacks these on x86 with AVX2")
-LAYOUTS = [*((t, False) for t in TYPES), *(pytest.param(t, True, marks=ON_AVX2) for t in REPACKED_ON_AVX2)]
+def batch_and_rows(ggml, type_name: str, repacked: bool, rows: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    w = ggml.quantize(type_name, rng.standard_normal((N, K)))
+    return together_and_apart(ggml, type_name, repacked, w, rng.standard_normal((rows, K)).astype(np.float32))
 
 
-@pytest.mark.parametrize("type_name, repacked", LAYOUTS)
-def test_a_batch_of_up_to_33_rows_agrees_with_its_rows_one_by_one(ggml, type_name, repacked):
+KERNEL_SETS = ["avx2", "avx512-vnni"]
+
+
+def runs(kernel_set: str):
+    """Skips a case of `kernel_set` where the installed llama.cpp runs the other set, or none."""
+    isa = small_batch_isa()
+    return pytest.mark.skipif(isa != kernel_set, reason=f"the installed llama.cpp runs the {isa} kernels, not {kernel_set}")
+
+
+LAYOUTS = [*((t, False) for t in TYPES), *((t, True) for t in REPACKED_ON_AVX2)]
+CASES = [pytest.param(t, repacked, k, marks=runs(k)) for k in KERNEL_SETS for t, repacked in LAYOUTS]
+
+
+@pytest.mark.parametrize("type_name, repacked, kernel_set", CASES)
+def test_a_batch_of_up_to_33_rows_agrees_with_its_rows_one_by_one(ggml, type_name, repacked, kernel_set):
     for rows in ROWS:
         together, apart = batch_and_rows(ggml, type_name, repacked, rows)
+        assert np.abs(together - apart).max() <= ROUNDING * np.abs(apart).max(), f"{type_name}, {rows} rows"
+
+
+@pytest.mark.parametrize("type_name, repacked, kernel_set", CASES)
+def test_the_largest_quants_against_the_largest_activations_sum_without_overflow(ggml, type_name, repacked, kernel_set):
+    """Every activation at the q8 extreme (127 in size) and nearly every weight at its type's top
+    quant: the kernels' 16-bit partial sums are at their largest, and must not saturate."""
+    top = np.full((N, K), 8.0)
+    top[:, ::16] = 0.0   # each 16 weights' least, so the rest quantize to the top
+    w = ggml.quantize(type_name, top)
+    for rows in (2, 8, 17, 32):
+        x = np.ones((rows, K), np.float32) * np.where(np.arange(rows) % 2, 1.0, -1.0)[:, None]
+        together, apart = together_and_apart(ggml, type_name, repacked, w, x)
         assert np.abs(together - apart).max() <= ROUNDING * np.abs(apart).max(), f"{type_name}, {rows} rows"
 
 
