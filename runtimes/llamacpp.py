@@ -71,8 +71,8 @@ def small_batch_kernels() -> bool:
 
 
 def small_batch_isa() -> str | None:
-    """Which of the patches' kernel sets the loaded llama.cpp runs for small batches, by the CPU
-    features it was compiled with: "avx512-vnni" (AVX-512 F/BW/VL and VNNI), else "avx2", else None."""
+    """Which of the patches' kernel sets the loaded llama.cpp was compiled for, by its CPU features:
+    "avx512-vnni" (AVX-512 F/BW/VL and VNNI), else "avx2", else None (no x86 kernels)."""
     info = ll.llama_print_system_info().decode(errors="replace")
     features = {part.split("=")[0].strip() for part in info.split("|") if part.strip().endswith("= 1")}
     if "AVX512" in features and "AVX512_VNNI" in features:
