@@ -23,7 +23,7 @@ import numpy as np
 from edgespec.export.source import ExportError, kv_heads
 from edgespec.models.gguf_check import read_gguf
 
-GGUF_QUANTS = ("f16", "q8_0", "q4_k_m", "tq2_0", "tq1_0")  # TQ: llama.cpp's ternary types
+GGUF_QUANTS = ("f16", "q8_0", "q4_k_m", "q4_0", "tq2_0", "tq1_0")  # TQ: llama.cpp's ternary types
 
 
 _PER_TOKEN = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores")
@@ -185,7 +185,7 @@ def quantize_gguf(f16: Path, out: Path, quant: str, threads: int | None = None) 
 
     from edgespec.runtimes.llamacpp import init_backend, default_threads
 
-    ftypes = {"q8_0": ll.LLAMA_FTYPE_MOSTLY_Q8_0, "q4_k_m": ll.LLAMA_FTYPE_MOSTLY_Q4_K_M,
+    ftypes = {"q8_0": ll.LLAMA_FTYPE_MOSTLY_Q8_0, "q4_k_m": ll.LLAMA_FTYPE_MOSTLY_Q4_K_M, "q4_0": ll.LLAMA_FTYPE_MOSTLY_Q4_0,
               "tq2_0": ll.LLAMA_FTYPE_MOSTLY_TQ2_0, "tq1_0": ll.LLAMA_FTYPE_MOSTLY_TQ1_0}
     if quant not in ftypes:
         raise ExportError(f"unknown GGUF quantization {quant!r}; choose one of: {', '.join(GGUF_QUANTS)}")

@@ -3,6 +3,7 @@ scripted backend and a controller that verifies every proposal."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from typing import Sequence
@@ -18,6 +19,15 @@ def edgespec(*args, stdin=None, timeout=600, env=None) -> subprocess.CompletedPr
     """`edgespec ARGS` in a child process, as a user runs it."""
     return subprocess.run([sys.executable, "-m", "edgespec", *map(str, args)], input=stdin, capture_output=True,
                           text=True, timeout=timeout, env=env)
+
+
+def bench_rows(tmp_path, *args) -> tuple[subprocess.CompletedProcess, dict[str, dict]]:
+    """`edgespec bench ARGS --json`: the run, and its rows over all prompts by method."""
+    out = tmp_path / "bench.json"
+    r = edgespec("bench", *args, "--json", out)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(out.read_text())["rows"]
+    return r, {row["drafter"]: row for row in rows if row["category"] == "all"}
 
 
 def assert_one_line_error(r: subprocess.CompletedProcess, pattern: str) -> None:

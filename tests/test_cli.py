@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import assert_one_line_error, edgespec
+from helpers import assert_one_line_error, bench_rows, edgespec
 
 
 def test_version_and_help():
@@ -112,15 +112,12 @@ def test_shell_completion_comes_from_typer():
 
 @pytest.mark.real_model
 def test_bench_samples_every_row_at_a_temperature(smollm2_path, tmp_path):
-    out = tmp_path / "rows.json"
-    r = edgespec("bench", "-m", str(smollm2_path), "--drafters", "lookup", "--temperature", "0.8", "--seed", "3",
-                 "--peers", "none", "-n", "16", "--limit", "1", "--json", str(out))
-    assert r.returncode == 0, r.stderr
-    rows = [row for row in json.loads(out.read_text())["rows"] if row["category"] == "all"]
-    assert {row["drafter"] for row in rows} >= {"plain", "lookup"}
-    assert all(row["tokens"] > 0 for row in rows if row["drafter"] in ("plain", "lookup"))
+    _, rows = bench_rows(tmp_path, "-m", smollm2_path, "--drafters", "lookup", "--temperature", "0.8", "--seed", "3",
+                         "--peers", "none", "-n", "16", "--limit", "1")
+    assert set(rows) >= {"plain", "lookup"}
+    assert rows["plain"]["tokens"] > 0 and rows["lookup"]["tokens"] > 0
     # sampled outputs are not compared with plain's: they differ run to run
-    assert all(row["identical_to_plain"] is None for row in rows)
+    assert all(row["identical_to_plain"] is None for row in rows.values())
 
 
 @pytest.mark.real_model

@@ -340,7 +340,7 @@ def test_gguf_f16_matches_its_source_in_llama_cpp(checkpoint, tmp_path):
     assert m["validation"]["max_abs_dlogit"] < 0.1
 
 
-@pytest.mark.parametrize("quant", ["q8_0", "q4_k_m"])
+@pytest.mark.parametrize("quant", ["q8_0", "q4_k_m", "q4_0"])
 def test_gguf_quantized_by_llama_cpp(checkpoint, tmp_path, quant):
     from edgespec.models.gguf_check import check_gguf
 

@@ -51,6 +51,7 @@ def test_a_hybrid_of_a_model_given_by_path_keeps_a_row_apart_from_the_model_alon
     assert _label("/models/drafter.gguf") == "drafter.gguf"
     assert _label("auto+/models/drafter.gguf") == "auto+drafter.gguf"
     assert members(_label("auto+/models/drafter.gguf"))[-1] == _label("/models/drafter.gguf")
+    assert _label("./drafter-q4_0") == "drafter-q4_0"  # a folder beside the user's, as typed
 
 
 def test_every_drafter_gets_an_interval_over_prompts_around_its_ratio_to_plain():

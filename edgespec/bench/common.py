@@ -8,7 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from rich.console import Console
 
@@ -22,9 +22,9 @@ SHIPPED = {"shipped": ["bench_prompts"], "heldout": ["heldout_prompts"], "all": 
            "structured": ["structured_prompts", "structured_heldout_prompts"]}
 
 
-def load_prompts(path: Path | None, limit: int | None = None) -> list[dict]:
+def load_prompts(path: Path | None, limit: int | None = None, categories: Sequence[str] = ()) -> list[dict]:
     """Rows of {category, prompt} or {category, messages} from a JSONL file, or a shipped set by
-    name (`SHIPPED`); "shipped" by default."""
+    name (`SHIPPED`); "shipped" by default. `categories`: only rows of these (all when empty)."""
     name = "shipped" if path is None else str(path)
     if name in SHIPPED and (path is None or not Path(path).exists()):
         text = "\n".join(resources.files("edgespec").joinpath(f"data/{f}.jsonl").read_text() for f in SHIPPED[name])
@@ -45,11 +45,13 @@ def load_prompts(path: Path | None, limit: int | None = None) -> list[dict]:
             raise EdgespecError(f"{source}, line {i}: not JSON ({e})") from None
         if not isinstance(row, dict) or "category" not in row or ("prompt" in row) == ("messages" in row):
             raise EdgespecError(f"{source}, line {i}: needs 'category' and one of 'prompt' or 'messages'")
+        if categories and row["category"] not in categories:
+            continue
         seen[row["category"]] += 1
         if limit is None or seen[row["category"]] <= limit:
             rows.append(row)
     if not rows:
-        raise EdgespecError(f"{source} holds no prompts")
+        raise EdgespecError(f"{source} holds no prompts" + (f" of category {', '.join(categories)}" if categories else ""))
     return rows
 
 
@@ -67,6 +69,7 @@ class Run:
     by_key: dict[str, list[int]] = field(default_factory=dict)  # drafter kind -> [drafted, accepted]
     forced: int = 0  # tokens a grammar forced (structured prompts)
     grammar_s: float = 0.0  # the grammar's time: masks, forced tokens, checks
+    drafter_model_s: float = 0.0  # a model drafter's own evaluations while drafting (not the prompt's read)
 
 
 def encode_prompt(row: dict, llm) -> list[int]:

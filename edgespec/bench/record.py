@@ -21,11 +21,12 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from edgespec.bench.forced import markdown_lines as forced_lines
 from edgespec.memory.footprint import fmt_bytes, parse_bytes
 
 SIMD = ("sse3", "ssse3", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni",
         "avx512_bf16", "amx_int8", "neon", "asimd", "sve")
-START = re.compile(r"<!-- bench (\S+?)(?: (headline|curves))? -->\n")
+START = re.compile(r"<!-- bench (\S+?)(?: (headline|curves|forced))? -->\n")
 END = "<!-- end bench -->"
 
 
@@ -82,7 +83,8 @@ def rows_of(data: dict | list) -> list[dict]:
 
 def markdown(rec: dict, view: str = "") -> str:
     """The record's table: every row; or (`headline`) plain, edgespec's default and the best
-    llama-server type per category; or (`curves`) each runtime's batch costs. A record of
+    llama-server type per category; or (`curves`) each runtime's batch costs; or (`forced`) the
+    forced rows' acceptance, cost and projected speed-up (forced.py). A record of
     another kind (`kind`: export validation, memory sweep, footprints, server) has its own
     table, and a simulated FPGA's or a projected device's rows are labelled as such."""
     m = rec["machine"]
@@ -94,7 +96,7 @@ def markdown(rec: dict, view: str = "") -> str:
     else:
         rows = rec["rows"]
         full = _fpga if "simulated_tokens_per_s" in rows[0] else _projected if "device_profile" in rows[0] else _full
-        lines += {"headline": _headline, "curves": _curves}.get(view, full)(rows)
+        lines += {"headline": _headline, "curves": _curves, "forced": forced_lines}.get(view, full)(rows)
     return "\n".join(lines) + "\n"
 
 

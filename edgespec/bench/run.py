@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from edgespec.api import EdgeSpec
-from edgespec.bench import llama_server
+from edgespec.bench import forced as forced_rows, llama_server
 from edgespec.bench.common import LCP, Run, encode_prompt, output_format, print_wide
 from edgespec.bench.curves import BatchCurves
 from edgespec.bench.hf_assisted import hf_methods
@@ -110,8 +110,7 @@ def _label(drafter: str) -> str:
     after `auto+`: the hybrid and its model are two rows)."""
     if drafter.startswith(HYBRID):
         return HYBRID + _label(drafter[len(HYBRID):])
-    p = Path(drafter)
-    return p.name if len(p.parts) > 1 else drafter
+    return Path(drafter).name if "/" in drafter else drafter
 
 
 def run_bench(*args, **kwargs) -> list[dict]:
@@ -131,6 +130,7 @@ def _run_bench(
     threads: int | None, max_draft: int, console: Console, onnx: str | None = None,
     devices: list[str] | None = None, draft_min: int = 0, params: SamplingParams = SamplingParams(),
     peers: Sequence[str] = (LCP,), servers: list | None = None, workers: list | None = None,
+    forced: Sequence[int] = (),
 ) -> list[dict]:
     """`onnx`: ONNX exports of the same model, comma-separated; their rows (`onnx:plain`,
     `onnx:<drafter>`; `onnx-int4:plain`, ... for several) run the same prompts on ONNX
@@ -144,10 +144,13 @@ def _run_bench(
     with each of its speculation types (and each same-vocabulary model drafter as `-md`),
     rows `llama-server`, `llama-server:ngram-mod`, ... compared with llama-server's plain;
     "hf" transformers' plain greedy and its universal assisted generation with each model
-    drafter (hf_assisted.py), rows `hf:plain` and `hf:uag:<drafter>`."""
+    drafter (hf_assisted.py), rows `hf:plain` and `hf:uag:<drafter>`. `forced`: draft lengths
+    each drafter runs at instead of adaptively (forced.py), rows `forced<k>:<drafter>`."""
     from edgespec.runtimes.llamacpp import default_threads, init_backend
 
     drafter_paths = _checked(drafters, peers, params)
+    if forced and peers:
+        raise EdgespecError("--forced measures edgespec's drafters alone: add --peers none")
     formats = [output_format(p) for p in prompts]
     if any(formats) and HF in peers:
         raise EdgespecError("--peers hf cannot hold answers to a schema or tools: leave it out for structured prompts")
@@ -160,12 +163,13 @@ def _run_bench(
     init_backend(others[0] if others else "cpu")  # before anything starts llama.cpp's devices
     seed = calibration.load_kinds(path, [])  # what each method's controller starts from
     stores = calibration.kept_for(path, threads)  # a new machine's: nothing
-    setup = _Setup(drafters, ctx, threads, max_draft, draft_min, params, workers if workers is not None else [])
+    setup = _Setup(drafters, ctx, threads, max_draft, draft_min, params, workers if workers is not None else [],
+                   list(forced))
     with console.status(f"loading {model} for {1 + len(drafters) + 2 * peer} methods, each in a process of its own…"):
         host, es, methods = setup.on_cpu(path, model, peer, onnx)
     if LLAMA_SERVER in peers:
         same_vocab = {label: model_file(drafter_paths[d]) for label, d in models.items()
-                      if es[d].info["drafter_vocab"] == host.tokenizer.n_vocab}
+                      if es[_label(d)].info["drafter_vocab"] == host.tokenizer.n_vocab}
         methods.update(_start_servers(model_file(path), same_vocab, ctx, threads, host.backend.flash_attn,
                                       host.tokenizer.is_eog, servers, console))
     if HF in peers:
@@ -189,9 +193,10 @@ def _run_bench(
     costs = priced(host, curves[""]) if PLAIN in methods and not any(formats) else None
     oracle = _oracle_times(encoded, runs, costs, cats, console) if costs is not None else {}
     replayed = _replays(drafters, encoded, runs, host, seed, max_draft, draft_min, costs) \
-        if costs is not None and params.greedy else {}
+        if costs is not None and params.greedy and not forced else {}
     rows = _rows(methods, runs, identical, cats, oracle, replayed)
     _annotate(rows, runs, methods, cats, other_cores, costs, curves, len(timed_curves.timings), servers)
+    forced_rows.annotate(rows, runs, curves.get(""))
     off = timed_curves.medians_off()
     for r in rows:
         r["stores_at_start"] = stores
@@ -205,8 +210,8 @@ class _Setup:
     one's plain method, on which the batch-cost curves are timed."""
 
     def __init__(self, drafters: list[str], ctx: int, threads: int, max_draft: int, draft_min: int,
-                 params: SamplingParams, workers: list[Worker]) -> None:
-        self.drafters, self.ctx, self.threads = drafters, ctx, threads
+                 params: SamplingParams, workers: list[Worker], forced: list[int]) -> None:
+        self.drafters, self.ctx, self.threads, self.forced = drafters, ctx, threads, forced
         self.max_draft, self.draft_min, self.params = max_draft, draft_min, params
         self.workers = workers  # every method's process, in the order started (the caller stops them)
         self.plains: dict[str, Worker] = {}  # each runtime's and device's plain method, by the prefix of its rows
@@ -221,20 +226,27 @@ class _Setup:
         return worker
 
     def _engines(self, model: Path, prefix: str = "", device: str = "cpu") -> dict[str, Worker]:
-        """Plain decoding (key "plain") and each drafter (its name) on `model`, each in a process of its own."""
-        engines = {}
-        for d in ["none", *self.drafters]:
-            name = PLAIN if d == "none" else d
-            engines[name] = self._start(prefix + name, MethodSpec(
-                str(model), d, self.ctx, self.threads, self.max_draft, self.draft_min, device, self.params))
+        """Plain decoding (key "plain") and each drafter, keyed by its row's label (`_label`;
+        forced, `forced<k>:<label>`), on `model`, each in a process of its own."""
+        engines = {PLAIN: self._start(prefix + PLAIN, self._spec(model, "none", device))}
+        for d in self.drafters:
+            for k in self.forced:
+                name = forced_rows.label(_label(d), k)
+                engines[name] = self._start(prefix + name, self._spec(model, d, device, max_draft=k, draft_min=k))
+            if not self.forced:
+                engines[_label(d)] = self._start(prefix + _label(d), self._spec(model, d, device))
         self.plains[prefix] = engines[PLAIN]
         return engines
+
+    def _spec(self, model: Path, drafter: str, device: str, **lengths: int) -> MethodSpec:
+        lengths = {"max_draft": self.max_draft, "draft_min": self.draft_min, **lengths}
+        return MethodSpec(str(model), drafter, self.ctx, self.threads, device=device, params=self.params, **lengths)
 
     def on_cpu(self, path: Path, model: str, peer: bool,
                onnx: str | None) -> tuple[EdgeSpec, dict[str, Worker], dict[str, Callable]]:
         """The methods on the CPU: llama.cpp's plain and drafter rows, llama-cpp-python's with
         `peer`, each ONNX export's. Also returns the model opened here for its tokenizer and
-        template (it decodes nothing), and the drafters' processes by drafter."""
+        template (it decodes nothing), and the drafters' processes by label."""
         host = EdgeSpec(open_backend(path, n_ctx=self.ctx, threads=self.threads), drafter="none", n_ctx=self.ctx,
                         max_draft=self.max_draft, idle_timing=False)
         es = self._engines(path)
@@ -246,7 +258,7 @@ class _Setup:
                 spec = MethodSpec(str(path), ctx=self.ctx, threads=self.threads, params=self.params,
                                   llama_cpp_python=True, lookup=lookup, eog=eog)
                 methods[name] = self._start(name, spec).run
-        methods.update({_label(d): m.run for d, m in es.items()})
+        methods.update({name: m.run for name, m in es.items()})
         for prefix, export in _onnx_prefixes(onnx).items():
             on_export = self._engines(export, f"{prefix}:")  # refuses a trimmed one
             if self.plains[f"{prefix}:"].info["n_vocab"] != host.tokenizer.n_vocab:
@@ -583,6 +595,7 @@ def print_rows(rows: list[dict], console: Console) -> None:
     print_against_peers(rows, console)
     print_fastest(rows, console)
     print_grammar(rows, console)
+    forced_rows.print_forced(rows, console)
 
 
 def print_grammar(rows: list[dict], console: Console) -> None:

@@ -77,7 +77,8 @@ class EdgespecMethod:
         after = (sum(c.steps for c in models), sum(c.step_s for c in models))
         return Run(toks, dt, st.drafted, st.accepted, st.overhead_ms_per_token, st.steps,
                    list(zip(st.position_tried, st.position_accepted)), after[0] - before[0],
-                   after[1] - before[1], {k: list(v) for k, v in st.by_key.items()}, st.forced_tokens, st.grammar_s)
+                   after[1] - before[1], {k: list(v) for k, v in st.by_key.items()}, st.forced_tokens, st.grammar_s,
+                   st.drafter_model_s)
 
     def _grammar(self, fmt: dict):
         """The compiled grammar of `fmt`, once per format: compiling is a request's, not decoding's."""

@@ -36,6 +36,8 @@ def bench(
                               "its speculation types: rows llama-server:*), hf (transformers, plain greedy and its "
                               "universal assisted generation with each model drafter: rows hf:*)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Use only the first N prompts of each category."),
+    category: Optional[str] = typer.Option(None, "--category", help="Comma-separated categories: use only their "
+                                           "prompts, e.g. chat."),
     onnx: Optional[str] = typer.Option(None, "--onnx", help="ONNX exports of the same model, comma-separated: also run them on "
                                       "ONNX Runtime (rows onnx:*, or onnx-QUANT:* for several)."),
     backend: str = typer.Option("cpu", "--backend", help="cpu (measured here) or fpga-sim (acceptance measured here, "
@@ -53,6 +55,10 @@ def bench(
     temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 is greedy. Above 0 every row samples "
                                       "(plain llama.cpp too) and model drafters sample their drafts."),
     seed: int = typer.Option(0, "--seed", help="With --temperature: each prompt's sampling seed."),
+    forced: Optional[str] = typer.Option(None, "--forced", help="Comma-separated draft lengths, e.g. 1,2,4: each "
+                                         "drafter runs at each length every step instead of adaptively, paying or "
+                                         "not (rows forced<k>:<drafter>), with its cost and the speed-up it would "
+                                         "give at this run's batch costs. Measurements, not what auto does."),
     fresh: bool = typer.Option(False, "--fresh", help="Start every method from empty stores, as on a new machine: "
                                "no batch-cost curve, no learned acceptance (a temporary store; yours is not touched)."),
 ) -> None:
@@ -66,6 +72,7 @@ def bench(
     --device-profile adreno-750,apple-m3 projects phone and laptop GPUs)
     """
     from edgespec.bench.common import load_prompts
+    from edgespec.bench.forced import parse_lengths
     from edgespec.bench.fpga import print_fpga_rows, run_fpga_bench
     from edgespec.bench.record import markdown as tables, record
     from edgespec.bench.run import print_rows, run_bench
@@ -78,6 +85,7 @@ def bench(
         print(tables(json.loads(markdown.read_text())), end="")
         return
     names = [d.strip() for d in drafters.split(",") if d.strip()]
+    categories = [c.strip() for c in (category or "").split(",") if c.strip()]
     peer_names = [p.strip() for p in peers.split(",") if p.strip() and p.strip() != "none"]
     if temperature > 0 and (device_profile or backend != "cpu"):
         fail("--temperature is measured on the CPU rows only (not with --device-profile or --backend fpga-sim)")
@@ -86,14 +94,14 @@ def bench(
         fail("bench takes --memory-budget with --device-profile only; to measure a budget here use "
               "`edgespec profile MODEL --memory-budget SIZE` (or --sweep)")
     if device_profile:
-        rows = run_projection(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft,
+        rows = run_projection(model, load_prompts(prompts, limit, categories), names, max_tokens, ctx, threads, max_draft,
                               [p.strip() for p in device_profile.split(",") if p.strip()], err, budget)
         print_projection(rows, out)
         if json_path:
             json_path.write_text(json.dumps(record(rows, model), indent=2))
         return
     if backend == "fpga-sim":
-        rows = run_fpga_bench(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft, err)
+        rows = run_fpga_bench(model, load_prompts(prompts, limit, categories), names, max_tokens, ctx, threads, max_draft, err)
         print_fpga_rows(rows, out)
         if json_path:
             json_path.write_text(json.dumps(record(rows, model), indent=2))
@@ -106,9 +114,10 @@ def bench(
     if bad or not devices or devices[0] != "cpu" and len(devices) > 1:
         fail(f"--device takes cpu, or cpu followed by others (cpu,gpu): got {device!r}")
     with calibration.temporary_store() if fresh else nullcontext():
-        rows = run_bench(model, load_prompts(prompts, limit), names, max_tokens, ctx, threads, max_draft, err,
+        rows = run_bench(model, load_prompts(prompts, limit, categories), names, max_tokens, ctx, threads, max_draft, err,
                          onnx=onnx, devices=devices, draft_min=draft_min,
-                         params=SamplingParams(temperature=temperature, seed=seed), peers=peer_names)
+                         params=SamplingParams(temperature=temperature, seed=seed), peers=peer_names,
+                         forced=parse_lengths(forced))
     print_rows(rows, out)
     if json_path:
         json_path.write_text(json.dumps(record(rows, model), indent=2))

@@ -18,7 +18,7 @@ def export(
     to: str = typer.Option(..., "--to", help="onnx, gguf, or ternary (packed TLMM weights for the fpga-sim backend)."),
     output: Path = typer.Option(..., "--output", "-o", help="Folder to create for the exported model."),
     quant: Optional[str] = typer.Option(
-        None, "--quant", "-q", help="onnx: fp32 (default), int8 (= int8-dynamic), int8-weight-only, int4 (= int4-b32), int4-b128 (int8 compute), int4-f32, int4-b128-f32 (float32 compute: cheaper batches); gguf: f16 (default), q8_0, q4_k_m, tq2_0, tq1_0 (llama.cpp's ternary types); ternary: b1.58."),
+        None, "--quant", "-q", help="onnx: fp32 (default), int8 (= int8-dynamic), int8-weight-only, int4 (= int4-b32), int4-b128 (int8 compute), int4-f32, int4-b128-f32 (float32 compute: cheaper batches); gguf: f16 (default), q8_0, q4_k_m, q4_0, tq2_0, tq1_0 (llama.cpp's ternary types); ternary: b1.58."),
     trim_vocab: Optional[int] = typer.Option(None, "--trim-vocab", help="VocabTrim: keep the K most used tokens in the LM head."),
     calib: list[Path] = typer.Option([], "--calib", help="Text file(s) whose tokens the target uses (default: its own generations)."),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Compare with the source on a fixed text."),

@@ -345,6 +345,11 @@ REALIZED_PRIOR = 2.0
 # in it. So a draft must be predicted to beat plain decoding by this share to be verified,
 # and break-even drafts, which on novel text lose, are declined (docs/design.md).
 DRAFT_MARGIN = 0.05
+# A probe of a declined model drafter pays its catch-up (up to its window of tokens read)
+# before it drafts: one draft for that price would teach one acceptance sample, and the
+# next probe pays the catch-up again. So such a probe drafts this many steps in a row, a
+# token at least each, and its share of the decoding time is charged for all of them.
+PROBE_BURST = 8
 
 
 class DraftController:
@@ -374,6 +379,7 @@ class DraftController:
         self._declined: dict[Kind, int] = {}
         self._interval: dict[Kind, int] = {}  # declined steps between probes, per kind
         self._probing: set[Kind] = set()
+        self._burst: dict[Kind, int] = {}  # drafts a model drafter's probe still has to make
 
     def realization(self, key: Kind) -> float:
         """The time this family's recent batches were predicted to take, as a share of the
@@ -417,21 +423,33 @@ class DraftController:
         k = self._size_to_learn(key, k, e, gain, draft_seconds, per_token_seconds) or k
         if k < self.min_k:
             return min(self.min_k, k_max)
+        if self._burst.get(key):
+            self._burst[key] -= 1
+            return max(k, 1)
         if k == 0 and explore:
-            # nothing pays on current estimates; test one token now and then so a
-            # stale estimate can recover. Every failed probe doubles the wait, so
-            # probing costs little even where a probe is dear (a model drafter's catch-up).
-            # A probe that costs many target steps comes no more often than keeps failed
-            # probes under `probe_share` of the decoding time
-            n = self._declined[key] = self._declined.get(key, 0) + 1
-            every = self._interval.get(key, self.explore_every)
-            if probe_seconds > 0:
-                every = max(every, math.ceil(probe_seconds / (self.probe_share * self.cost.costs()[1])))
-            if n >= every:
-                self._declined[key] = 0
-                self._probing.add(key)
-                return 1
+            return self._probe(key, probe_seconds, draft_seconds + per_token_seconds)
         return k
+
+    def _probe(self, key: Kind, probe_seconds: float, draft_seconds: float) -> int:
+        """Nothing pays on current estimates: test one token now and then so a stale
+        estimate can recover. Every failed probe doubles the wait, so probing costs little
+        even where a probe is dear. A probe that pays a catch-up (`probe_seconds`: a model
+        drafter) drafts `PROBE_BURST` steps, each at worst a rejected row and a drafted
+        token, and comes no more often than keeps that under `probe_share` of the decoding
+        time."""
+        n = self._declined[key] = self._declined.get(key, 0) + 1
+        every = self._interval.get(key, self.explore_every)
+        costs = self.cost.costs()
+        if probe_seconds > 0:
+            burst = probe_seconds + PROBE_BURST * (costs[2] - costs[1] + draft_seconds)
+            every = max(every, math.ceil(burst / (self.probe_share * costs[1])))
+        if n < every:
+            return 0
+        self._declined[key] = 0
+        self._probing.add(key)
+        if probe_seconds > 0:
+            self._burst[key] = PROBE_BURST - 1
+        return 1
 
     def draft_length(self, cost: ModelCost | None, available: int) -> int:
         """How many tokens to ask a drafter for, at most `available`: a model drafter pays for
