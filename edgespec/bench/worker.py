@@ -202,7 +202,7 @@ class Worker:
             status, value = self._conn.recv()
         except (EOFError, OSError):
             self._proc.join(5)
-            raise EdgespecError(f"the bench's {self.label} process ended (exit code {self._proc.exitcode})") from None
+            raise EdgespecError(f"the bench's {self.label} process {_ended(self._proc.exitcode)}") from None
         if status == "error":
             raise EdgespecError(f"{self.label}: {value}")
         return value
@@ -217,3 +217,12 @@ class Worker:
             self._proc.terminate()
             self._proc.join(5)
         self._conn.close()
+
+
+def _ended(exitcode: int | None) -> str:
+    """How a method's process ended, for the bench's one-line error. Killed outright, it was
+    most likely the kernel's out-of-memory killer: every method holds the model in a process
+    of its own."""
+    if exitcode == -signal.SIGKILL:
+        return "was killed (out of memory? each method loads the model in a process of its own: run fewer methods)"
+    return f"ended (exit code {exitcode})"
