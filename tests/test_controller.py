@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from edgespec.speculative.controller import LEARN_AFTER, OPTIMISTIC_ROW, PROBE_BURST, AcceptanceModel, CostModel, DraftController, prior_units
-from edgespec.speculative.drafter import Kind
+from edgespec.speculative.drafter import Kind, ModelCost
 
 
 def controller_with_costs(costs):
@@ -118,31 +118,40 @@ def test_failed_probes_get_rarer_and_a_success_restores_them():
     assert c._interval[Kind.parse("model")] == c.explore_every
 
 
+def model_cost(probe_seconds: float, step_seconds: float = 0.0) -> ModelCost:
+    """A model drafter's measured costs: a catch-up after a pause, and a step's."""
+    cost = ModelCost(Kind.parse("model"), backend=None, window=64)
+    cost.probe_s = probe_seconds
+    cost.syncs, cost.sync_s = (1, step_seconds) if step_seconds else (0, 0.0)
+    return cost
+
+
 def test_a_dear_probe_drafts_a_burst_no_more_often_than_its_share_of_decoding_allows():
     """A declined model drafter must catch up before a probe: when that costs two target
     steps and each of its drafts at worst one more (a rejected row), a burst of
     `PROBE_BURST` drafts costs 10 steps, and at 2% of the decoding time comes every 500."""
     c = controller_with_costs({1: 1.0, 2: 2.0, 9: 9.0})
+    cost = model_cost(probe_seconds=2.0)
     assert c.probe_share == 0.02 and PROBE_BURST == 8
     drafted = []
     for step in range(1100):
-        if c.choose(Kind.parse("model"), 4, probe_seconds=2.0) >= 1:
+        if c.draft_length(cost, 4) >= 1:
             drafted.append(step)
-            c.record_nothing(Kind.parse("model"))
-    assert drafted == [*range(499, 507), *range(1006, 1014)]
+            c.record_nothing(cost.kind)
+    assert drafted == [*range(499, 507), *range(999, 1007)]
 
 
 def test_a_model_drafter_the_prior_declines_drafts_on_its_own_once_a_burst_shows_it_pays():
     """Two tokens cost 1.2x one and the drafter 0.4 of a token a step: at the prior's 50%
     acceptance a draft would lose. A probe's burst accepted throughout teaches otherwise."""
     c = controller_with_costs({1: 1.0, 2: 1.2, 9: 3.0})
-    model = Kind.parse("model")
-    steps = [c.choose(model, 1, draft_seconds=0.4, probe_seconds=1.0) for _ in range(400)]
+    cost = model_cost(probe_seconds=1.0, step_seconds=0.4)
+    steps = [c.draft_length(cost, 1) for _ in range(400)]
     first = steps.index(1)
-    assert steps[first:first + PROBE_BURST] == [1] * PROBE_BURST and first > 0
+    assert steps[first:first + PROBE_BURST + 1] == [1] * PROBE_BURST + [0]
     for _ in range(PROBE_BURST):
-        c.record(model, 1, 1, 2, 1.2)
-    assert c.choose(model, 1, draft_seconds=0.4, probe_seconds=1.0, explore=False) == 1
+        c.record(cost.kind, 1, 1, 2, 1.2)
+    assert c.choose(cost.kind, 1, draft_seconds=0.4, explore=False) == 1
 
 
 def test_a_size_decoding_ran_a_few_times_joins_the_curve_at_their_median():

@@ -180,6 +180,22 @@ def test_the_hybrid_asks_its_model_drafter_only_when_that_pays():
     assert taken.count([]) >= 60 and model.asked <= 1 + 64 // c.explore_every + 1
 
 
+def test_the_hybrids_probe_of_a_declined_model_is_a_burst_verified_over_free_proposals():
+    """A probe pays the model's catch-up after its pause: it drafts `PROBE_BURST` steps in a
+    row, taken over what copying offers, so what it teaches is worth that catch-up."""
+    from edgespec.speculative.controller import PROBE_BURST
+
+    c = trained_controller({"b": (4, 4), "m": (4, 0)})  # the model's drafts were all rejected
+    model = Fixed([7, 8, 9, 10], "m", seconds_per_token=0.3)
+    model.cost = ModelCost(Kind("m"), backend=None, window=64)  # a windowed drafter: probes pay a catch-up
+    model.cost.steps, model.cost.step_s, model.cost.probe_s = 1, 0.3, 0.5
+    auto = AutoDrafter([Fixed([2, 3, 4, 5], "b"), model], c)
+    taken = [auto.propose([0], 4).tokens for _ in range(200)]
+    first = taken.index([7])
+    assert taken[first:first + PROBE_BURST] == [[7]] * PROBE_BURST
+    assert taken.count([7]) == model.asked == PROBE_BURST  # and none besides, at 2% of the decoding time
+
+
 def test_unknown_drafter_names_are_refused():
     import pytest
 

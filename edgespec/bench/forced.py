@@ -4,8 +4,9 @@ They are measurements, not what edgespec does: the controller would decline a dr
 does not pay, so an adaptive row never shows what a drafter it declines is worth. Forced at
 k tokens (at most: a model drafter still stops where it is unsure), a row shows its
 acceptance by position and its cost per step; from those and the batch-cost curve timed in
-the same run, the speed-up the drafter gives at that length with the run's noise taken
-out (`projected`). Rows are named `forced<k>:<drafter>`, so no table can pass them off as a
+the same run, the speed-up the drafter gives at that length (`projected`: counted tokens
+priced by the curve, so prompt-to-prompt timing noise stays out; the curve's own stays in).
+Rows are named `forced<k>:<drafter>`, so no table can pass them off as a
 drafter's own.
 """
 

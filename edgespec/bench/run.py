@@ -165,7 +165,8 @@ def _run_bench(
     stores = calibration.kept_for(path, threads)  # a new machine's: nothing
     setup = _Setup(drafters, ctx, threads, max_draft, draft_min, params, workers if workers is not None else [],
                    list(forced))
-    with console.status(f"loading {model} for {1 + len(drafters) + 2 * peer} methods, each in a process of its own…"):
+    n_methods = 1 + len(drafters) * max(1, len(forced)) + 2 * peer
+    with console.status(f"loading {model} for {n_methods} methods, each in a process of its own…"):
         host, es, methods = setup.on_cpu(path, model, peer, onnx)
     if LLAMA_SERVER in peers:
         same_vocab = {label: model_file(drafter_paths[d]) for label, d in models.items()

@@ -7,7 +7,8 @@ Every proposal is scored by the controller's learned acceptance for its kind
 actually verifies on this text and this machine. Model-free proposals cost
 nothing to make, so they are all asked; a model drafter pays per drafted token,
 so it is asked only when it is predicted to pay, at the length the controller
-plans for it (with a rare probe, so a drafter that starts paying is noticed).
+plans for it (with a rare probe, a burst of drafts verified whatever the free proposals
+offer, so a drafter that starts paying is noticed).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class AutoDrafter(Drafter):
             if k_m == 0:
                 continue
             gain = ctl.expected_gain(m.cost.kind, k_m, m.cost.per_token)
-            if best is EMPTY or gain > best_score:
+            if best is EMPTY or gain > best_score or ctl.bursting:  # a probe learns only if verified
                 draft = m.propose(history, k_m)
                 ctl.asked(m.cost, draft)
                 if len(draft):

@@ -379,7 +379,8 @@ class DraftController:
         self._declined: dict[Kind, int] = {}
         self._interval: dict[Kind, int] = {}  # declined steps between probes, per kind
         self._probing: set[Kind] = set()
-        self._burst: dict[Kind, int] = {}  # drafts a model drafter's probe still has to make
+        self._burst: dict[Kind, int] = {}  # steps a model drafter's probe still drafts (`draft_length`)
+        self.bursting = False  # the last `draft_length` was a probe's: its draft is to be verified
 
     def realization(self, key: Kind) -> float:
         """The time this family's recent batches were predicted to take, as a share of the
@@ -423,32 +424,29 @@ class DraftController:
         k = self._size_to_learn(key, k, e, gain, draft_seconds, per_token_seconds) or k
         if k < self.min_k:
             return min(self.min_k, k_max)
-        if self._burst.get(key):
-            self._burst[key] -= 1
-            return max(k, 1)
         if k == 0 and explore:
             return self._probe(key, probe_seconds, draft_seconds + per_token_seconds)
         return k
 
-    def _probe(self, key: Kind, probe_seconds: float, draft_seconds: float) -> int:
+    def _probe(self, key: Kind, probe_seconds: float, drafter_step: float) -> int:
         """Nothing pays on current estimates: test one token now and then so a stale
         estimate can recover. Every failed probe doubles the wait, so probing costs little
         even where a probe is dear. A probe that pays a catch-up (`probe_seconds`: a model
-        drafter) drafts `PROBE_BURST` steps, each at worst a rejected row and a drafted
-        token, and comes no more often than keeps that under `probe_share` of the decoding
-        time."""
+        drafter) drafts `PROBE_BURST` steps, each at worst a rejected row and the drafter's step
+        (`drafter_step`: its catch-up and one drafted token), and comes no more often than
+        keeps that under `probe_share` of the decoding time."""
         n = self._declined[key] = self._declined.get(key, 0) + 1
         every = self._interval.get(key, self.explore_every)
         costs = self.cost.costs()
         if probe_seconds > 0:
-            burst = probe_seconds + PROBE_BURST * (costs[2] - costs[1] + draft_seconds)
+            burst = probe_seconds + PROBE_BURST * (costs[2] - costs[1] + drafter_step)
             every = max(every, math.ceil(burst / (self.probe_share * costs[1])))
         if n < every:
             return 0
         self._declined[key] = 0
         self._probing.add(key)
         if probe_seconds > 0:
-            self._burst[key] = PROBE_BURST - 1
+            self._burst[key] = PROBE_BURST  # drawn on by `draft_length`, this step first
         return 1
 
     def draft_length(self, cost: ModelCost | None, available: int) -> int:
@@ -457,7 +455,12 @@ class DraftController:
         its measured `cost` (0: none pays); a model-free one proposes freely and is cut after."""
         if cost is None:
             return available
-        return self.choose(cost.kind, available, cost.sync_seconds, cost.per_token, cost.probe_seconds)
+        k = self.choose(cost.kind, available, cost.sync_seconds, cost.per_token, cost.probe_seconds)
+        self.bursting = bool(self._burst.get(cost.kind)) and available > 0
+        if self.bursting:  # a probe's burst: a token at least
+            self._burst[cost.kind] -= 1
+            return max(k, 1)
+        return k
 
     def asked(self, cost: ModelCost | None, draft: Draft) -> None:
         """A model drafter asked for a planned draft offered nothing (it was unsure): as costly
