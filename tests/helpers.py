@@ -1,15 +1,18 @@
 """Helpers the test files share: the CLI as a user runs it, what a refusal must look like, a
-scripted backend and a controller that verifies every proposal."""
+scripted backend, a controller that verifies every proposal, and the docs' own drafter."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from edgespec.drafters import REGISTRY, Registered
 from edgespec.runtimes.reference import ByteTokenizer
 from edgespec.speculative.backend import Backend
 from edgespec.speculative.controller import DraftController
@@ -19,6 +22,20 @@ def edgespec(*args, stdin=None, timeout=600, env=None) -> subprocess.CompletedPr
     """`edgespec ARGS` in a child process, as a user runs it."""
     return subprocess.run([sys.executable, "-m", "edgespec", *map(str, args)], input=stdin, capture_output=True,
                           text=True, timeout=timeout, env=env)
+
+
+def register_the_docs_drafter(monkeypatch) -> str:
+    """docs/usage.md's "Writing a drafter" as written, its file and its registry line, registered
+    for one test; returns its name."""
+    usage = (Path(__file__).parents[1] / "docs" / "usage.md").read_text()
+    section = usage.split("## Writing a drafter", 1)[1]
+    drafter_file, registry_line = re.findall(r"```python\n(.*?)```", section, re.S)[:2]
+    space: dict = {"Registered": Registered}
+    exec(drafter_file, space)
+    exec(f"line = {{{registry_line.strip().rstrip(',')}}}", space)
+    (name, entry), = space["line"].items()
+    monkeypatch.setitem(REGISTRY, name, entry)
+    return name
 
 
 def bench_rows(tmp_path, *args) -> tuple[subprocess.CompletedProcess, dict[str, dict]]:

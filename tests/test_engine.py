@@ -3,20 +3,18 @@ drafter's step contract, with nothing learned on disk, no load read and no model
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import pytest
 
-from edgespec.drafters import REGISTRY, make_drafter
+from edgespec.drafters import make_drafter
 from edgespec.speculative import engine as engine_module, threads as threads_module
 from edgespec.speculative.controller import DraftController
 from edgespec.speculative.drafter import EMPTY, Draft, Drafter, Kind, ModelCost
 from edgespec.speculative.engine import Engine
 from edgespec.speculative.verifier import SamplingParams
-from helpers import ScriptedBackend, always_draft
+from helpers import ScriptedBackend, always_draft, register_the_docs_drafter
 
 TEXT = "one two one two one two three, one two one two three."
 
@@ -156,18 +154,12 @@ def test_the_engine_asks_the_controller_how_long_a_model_drafters_draft_may_be_b
 
 
 def test_the_drafter_in_the_docs_is_one_file_and_a_registry_line_and_stays_lossless(monkeypatch):
-    usage = (Path(__file__).parents[1] / "docs" / "usage.md").read_text()
-    section = usage.split("## Writing a drafter", 1)[1]
-    drafter_file, registry_line = re.findall(r"```python\n(.*?)```", section, re.S)[:2]
-    space: dict = {}
-    exec(drafter_file, space)
-    exec(f"line = {{{registry_line.strip().rstrip(',')}}}", space)
-    monkeypatch.setitem(REGISTRY, "period", space["line"]["period"])
+    name = register_the_docs_drafter(monkeypatch)
     backend = CheckedBackend("= = = = = = = = = = = = = = = = done")
     plain = list(Engine(backend).generate(list(b"rule: "), 36))
     backend = CheckedBackend("= = = = = = = = = = = = = = = = done")
     controller = always_draft(8)
-    engine = Engine(backend, make_drafter("period", backend.n_vocab, controller), controller=controller,
+    engine = Engine(backend, make_drafter(name, backend.n_vocab, controller), controller=controller,
                     calibrate=False)
     assert list(engine.generate(list(b"rule: "), 36)) == plain
     assert engine.last_stats.accepted > 10  # the period drafted most of the rule

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from helpers import assert_one_line_error, edgespec
+from helpers import assert_one_line_error, edgespec, register_the_docs_drafter
 
 pytestmark = pytest.mark.real_model
 
@@ -85,6 +85,18 @@ def test_the_api_exposes_the_plan_and_the_live_footprint(smollm2_path):
     assert mem["rss"] <= mem["peak"] <= mem["budget"]
     assert mem["predicted"] == plan["predicted"]["total"]
     assert "needs at least" in out["refusal"]
+
+
+def test_a_drafter_added_as_the_docs_say_runs_under_a_memory_budget(smollm2_path, monkeypatch):
+    from edgespec import EdgeSpec
+    from edgespec.memory.footprint import process_rss
+
+    name = register_the_docs_drafter(monkeypatch)
+    budget = process_rss()["rss"] + 300_000_000  # a budget covers the whole process, earlier tests' memory too
+    with EdgeSpec(str(smollm2_path), drafter=name, n_ctx=1024, memory_budget=budget, quiet=True) as llm:
+        out = llm.generate("Repeat after me: = = = = = = = = = = = =", max_tokens=24)
+        assert llm.plan.drafter == name and llm.plan.footprint.total <= budget
+        assert out.text and llm.last_stats.by_key.keys() <= {name}  # only the period drafted, if anything
 
 
 def test_reserving_fewer_logits_rows_changes_no_logit(smollm2_path):

@@ -5,10 +5,12 @@ from dataclasses import replace
 
 import pytest
 
+from edgespec.drafters import REGISTRY
 from edgespec.memory.footprint import ModelConfig, model_bytes, parse_bytes, predict
 from edgespec.memory.planner import HEADROOM, BudgetError, GpuMemory, PlanRequest, plain_footprint, plan
 from edgespec.models.facts import ModelFacts
 from edgespec.speculative.drafter import Kind
+from helpers import register_the_docs_drafter
 
 MB = 1_000_000
 
@@ -123,6 +125,15 @@ def test_one_drafter_named_plans_as_before():
         one = plan(PlanRequest(QWEN15, budget, "qwen05", QWEN05, baseline=BASE, repack=True))
         mapped = plan(PlanRequest(QWEN15, budget, "qwen05", {"qwen05": QWEN05}, baseline=BASE, repack=True))
         assert one == mapped and not any("chosen" in n for n in one.notes)
+
+
+def test_a_drafter_added_as_the_docs_say_is_planned_model_free_and_charged_its_own_table_bound(monkeypatch):
+    name = register_the_docs_drafter(monkeypatch)
+    p = plan(PlanRequest(QWEN15, 3000 * MB, name, n_ctx=4096, baseline=BASE, repack=True))  # no model's facts
+    assert p.drafter == name and "drafter_tables" not in p.footprint.components
+    monkeypatch.setitem(REGISTRY, name, replace(REGISTRY[name], table_bytes=lambda n_vocab, n_ctx: 1000 * n_ctx))
+    p = plan(PlanRequest(QWEN15, 3000 * MB, name, n_ctx=4096, baseline=BASE, repack=True))
+    assert p.footprint.components["drafter_tables"] == 1000 * 4096
 
 
 def test_a_drafter_list_names_each_once_and_falls_back_after_all_of_them():

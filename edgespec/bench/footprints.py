@@ -18,7 +18,7 @@ from pathlib import Path
 
 from edgespec.bench.profile import profile_child
 from edgespec.bench.record import FOOTPRINTS, footprint_lines, record
-from edgespec.memory.planner import uses_model
+from edgespec.drafters import DrafterSpec
 from edgespec.models.store import model_file, resolve
 
 
@@ -31,11 +31,12 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     drafters = args.drafters.split(",")
-    size = {m: model_file(resolve(m)).stat().st_size for m in [*args.targets, *filter(uses_model, drafters)]}
+    models = {d: DrafterSpec.parse(d).model for d in drafters if DrafterSpec.parse(d).uses_model}
+    size = {m: model_file(resolve(m)).stat().st_size for m in [*args.targets, *models.values()]}
     rows = []
     for target in args.targets:
         for d in drafters:
-            if uses_model(d) and size[d] >= size[target]:
+            if d in models and size[models[d]] >= size[target]:
                 continue  # a drafter model is smaller than its target
             for ctx in args.ctx.split(","):
                 r = profile_child(target, ["-d", d, "--ctx", ctx, "-n", str(args.max_tokens), "--limit", "1"])

@@ -27,7 +27,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from edgespec.drafters import AUTO_MEMBERS, HYBRID
+from edgespec.drafters import DrafterSpec
 
 RESAMPLES = 4000
 INTERVAL = 0.9
@@ -35,11 +35,7 @@ INTERVAL = 0.9
 
 def members(hybrid: str) -> list[str]:
     """The single drafters a hybrid mixes (its name in the bench: `auto` or `auto+LABEL`)."""
-    if hybrid == "auto":
-        return list(AUTO_MEMBERS)
-    if hybrid.startswith(HYBRID):
-        return [*AUTO_MEMBERS, hybrid[len(HYBRID):]]
-    return []
+    return DrafterSpec.parse(hybrid).members
 
 
 def _speeds(runs: Sequence) -> np.ndarray:

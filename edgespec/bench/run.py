@@ -32,9 +32,8 @@ from edgespec.bench.oracle import lookup_oracle_time
 from edgespec.bench.replay import REPLAYABLE, priced, replay
 from edgespec.bench.structured import gbnf
 from edgespec.bench.worker import MethodSpec, Worker
-from edgespec.drafters import HYBRID, check_drafter
+from edgespec.drafters import PLAIN as NO_DRAFTER, DrafterSpec, check_drafter
 from edgespec.errors import EdgespecError
-from edgespec.memory.planner import uses_model
 from edgespec.models.export_check import read_manifest
 from edgespec.models.store import model_file, resolve
 from edgespec.runtimes import open_backend
@@ -106,11 +105,9 @@ def _onnx_prefixes(onnx: str | None) -> dict[str, Path]:
 
 
 def _label(drafter: str) -> str:
-    """A model drafter given as a path shows as its folder or file name (a hybrid's too,
-    after `auto+`: the hybrid and its model are two rows)."""
-    if drafter.startswith(HYBRID):
-        return HYBRID + _label(drafter[len(HYBRID):])
-    return Path(drafter).name if "/" in drafter else drafter
+    """A model drafter given as a path shows as its folder or file name (a hybrid's too:
+    the hybrid and its model are two rows)."""
+    return DrafterSpec.parse(drafter).label
 
 
 def run_bench(*args, **kwargs) -> list[dict]:
@@ -155,7 +152,8 @@ def _run_bench(
     if any(formats) and HF in peers:
         raise EdgespecError("--peers hf cannot hold answers to a schema or tools: leave it out for structured prompts")
     peer = LCP in peers
-    models = {_label(d.removeprefix(HYBRID)): d for d in drafters if uses_model(d)}  # their label: a drafter
+    models = {_label(DrafterSpec.parse(d).model): d for d in drafters
+              if DrafterSpec.parse(d).uses_model}  # their label: a drafter
     threads = threads or default_threads()
     path = resolve(model)
     servers = servers if servers is not None else []
@@ -229,7 +227,7 @@ class _Setup:
     def _engines(self, model: Path, prefix: str = "", device: str = "cpu") -> dict[str, Worker]:
         """Plain decoding (key "plain") and each drafter, keyed by its row's label (`_label`;
         forced, `forced<k>:<label>`), on `model`, each in a process of its own."""
-        engines = {PLAIN: self._start(prefix + PLAIN, self._spec(model, "none", device))}
+        engines = {PLAIN: self._start(prefix + PLAIN, self._spec(model, NO_DRAFTER, device))}
         for d in self.drafters:
             for k in self.forced:
                 name = forced_rows.label(_label(d), k)
@@ -248,7 +246,7 @@ class _Setup:
         """The methods on the CPU: llama.cpp's plain and drafter rows, llama-cpp-python's with
         `peer`, each ONNX export's. Also returns the model opened here for its tokenizer and
         template (it decodes nothing), and the drafters' processes by label."""
-        host = EdgeSpec(open_backend(path, n_ctx=self.ctx, threads=self.threads), drafter="none", n_ctx=self.ctx,
+        host = EdgeSpec(open_backend(path, n_ctx=self.ctx, threads=self.threads), drafter=NO_DRAFTER, n_ctx=self.ctx,
                         max_draft=self.max_draft, idle_timing=False)
         es = self._engines(path)
         methods: dict[str, Callable] = {PLAIN: es.pop(PLAIN).run}
@@ -284,7 +282,7 @@ class _Setup:
 def _checked(drafters: list[str], peers: Sequence[str], params: SamplingParams) -> dict[str, Path | None]:
     """Each drafter's model path (None for a model-free one); arguments the bench cannot run are refused
     before anything loads."""
-    if "none" in drafters:
+    if NO_DRAFTER in drafters:
         raise EdgespecError("plain decoding is always in the bench; 'none' is not a drafter")
     drafter_paths = {d: check_drafter(d) for d in drafters}
     unknown = [p for p in peers if p not in PEERS]
@@ -293,7 +291,7 @@ def _checked(drafters: list[str], peers: Sequence[str], params: SamplingParams) 
     if (LLAMA_SERVER in peers or HF in peers) and not params.greedy:
         raise EdgespecError("--peers llama-server and hf run greedy decoding only (no --temperature)")
     if HF in peers:
-        if not any(uses_model(d) for d in drafters):
+        if not any(DrafterSpec.parse(d).uses_model for d in drafters):
             raise EdgespecError("--peers hf runs transformers' assisted generation with a model drafter: "
                                 "name one in --drafters")
         missing = [m for m in ("torch", "transformers") if find_spec(m) is None]

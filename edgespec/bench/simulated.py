@@ -17,7 +17,7 @@ from rich.console import Console
 
 from edgespec.api import EdgeSpec
 from edgespec.bench.common import encode_prompt, print_wide
-from edgespec.drafters import MODEL_FREE
+from edgespec.drafters import PLAIN as NO_DRAFTER, DrafterSpec, model_free
 from edgespec.errors import EdgespecError
 from edgespec.memory.footprint import fmt_bytes, parse_bytes, process_rss
 from edgespec.memory.planner import BudgetError, plan_for_profile
@@ -38,12 +38,12 @@ def simulate(path: Path, rows: list[dict], drafters: list[str], max_tokens: int,
     Returns the method names ("plain" first) and, per (category, method) and for "all",
     [decoded tokens after the first, simulated decode seconds, drafted, accepted]."""
     methods = {}
-    for d in ["none", *drafters]:
+    for d in [NO_DRAFTER, *drafters]:
         n_ctx, k = (limits or {}).get(d, (ctx, max_draft))
         clock = BoardClock(open_backend(path, n_ctx=n_ctx, threads=threads), cost)
         # the clock reports the simulated time of every batch: the controller plans from it
         llm = EdgeSpec(clock, drafter=d, n_ctx=n_ctx, threads=threads, max_draft=k, clock=clock)
-        methods["plain" if d == "none" else d] = (llm, clock)
+        methods["plain" if d == NO_DRAFTER else d] = (llm, clock)
     totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0, 0])
     try:
         for i, row in enumerate(rows, 1):
@@ -92,10 +92,10 @@ def run_projection(model: str, rows: list[dict], drafters: list[str], max_tokens
     left out."""
 
     profiles = [profile(n) for n in profile_names]
-    priced = [d for d in drafters if d not in MODEL_FREE]
+    priced = [d for d in drafters if DrafterSpec.parse(d).uses_model]
     if priced:
         raise EdgespecError(f"device profiles price the target model's calls only; a model drafter ({priced[0]}) "
-                            "would run here unpriced: project model-free drafters (lookup, ngram, recycle, auto)")
+                            f"would run here unpriced: project model-free drafters ({', '.join(model_free()[1:])})")
     try:
         limit = parse_bytes(budget) if budget else None
     except ValueError as e:
@@ -107,28 +107,28 @@ def run_projection(model: str, rows: list[dict], drafters: list[str], max_tokens
     out = []
     for p in profiles:
         # a BudgetError names the model, the device and the minimum
-        plans = {d: plan_for_profile(facts, p, limit, d, None, ctx, max_draft, baseline) for d in ["none", *drafters]}
+        plans = {d: plan_for_profile(facts, p, limit, d, None, ctx, max_draft, baseline) for d in [NO_DRAFTER, *drafters]}
         # the planner swaps a drafter that does not fit for a smaller one
         usable = [d for d in drafters if plans[d].drafter == d]
         skipped = [d for d in drafters if d not in usable]
         if skipped:
             console.print(f"[yellow]{p.name}:[/] {', '.join(skipped)} does not fit beside the model; left out",
                           highlight=False)
-        for d in ["none", *usable]:
+        for d in [NO_DRAFTER, *usable]:
             console.print(f"[dim]{p.name} plan, {d}: {plans[d].summary()}[/]", highlight=False, soft_wrap=True)
-        partial = [d for d in ["none", *usable] if plans[d].n_gpu_layers <= facts.n_layer]
+        partial = [d for d in [NO_DRAFTER, *usable] if plans[d].n_gpu_layers <= facts.n_layer]
         if partial:
             console.print(f"[yellow]{p.name}:[/] only {plans[partial[0]].n_gpu_layers} of {facts.n_layer + 1} layers "
                           "fit on its GPU; the projection still prices every layer there, so it is optimistic",
                           highlight=False)
         cost = RooflineCost(p, shape)
         console.print(f"[dim]projecting {p.name}…[/]", highlight=False)
-        limits = {d: (plans[d].n_ctx, plans[d].max_draft) for d in ["none", *usable]}
+        limits = {d: (plans[d].n_ctx, plans[d].max_draft) for d in [NO_DRAFTER, *usable]}
         names, totals = simulate(path, rows, usable, max_tokens, ctx, threads, max_draft, cost, console, limits)
         one = cost.eval_cost(1, 256).seconds
         curve = {k: round(cost.eval_cost(k, 256).seconds / one, 3) for k in (2, 4, 8, 16)}
         for cat, name, tps, ratio, acc, drafted in ordered_rows(names, totals):
-            pl = plans["none" if name == "plain" else name]
+            pl = plans[NO_DRAFTER if name == "plain" else name]
             out.append({"device_profile": p.name, "category": cat, "method": name,
                         "projected_tokens_per_s": round(tps, 2), "projected_speedup": round(ratio, 3) if ratio else None,
                         "acceptance": round(acc, 3) if acc is not None else None, "drafted": drafted,

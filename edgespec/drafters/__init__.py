@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 
 from edgespec.drafters.auto import AutoDrafter
 from edgespec.drafters.crossvocab import CrossVocabDrafter
 from edgespec.drafters.lookup import PromptLookupDrafter
 from edgespec.drafters.model import ModelDrafter
-from edgespec.drafters.ngram import BYTES_PER_TOKEN as NGRAM_BYTES_PER_TOKEN, NGramCacheDrafter
+from edgespec.drafters.ngram import NGramCacheDrafter
 from edgespec.drafters.recycle import TokenRecyclingDrafter
+from edgespec.drafters.registry import AUTO, AUTO_MEMBERS, HYBRID, PLAIN, REGISTRY, TRIM_MARK, DrafterSpec, Registered, model_free
 from edgespec.errors import DrafterError, ModelError
 from edgespec.models.store import resolve
 from edgespec.runtimes import open_backend
@@ -19,20 +18,9 @@ from edgespec.speculative.backend import Tokenizer
 from edgespec.speculative.controller import DraftController
 from edgespec.speculative.drafter import Draft, Drafter
 
-# The model-free drafters by name, each made from the target's vocabulary size and context:
-# a new drafter is a file of its own and a line here (docs/usage.md, "Writing a drafter")
-REGISTRY: dict[str, Callable[[int, int], Drafter]] = {
-    "lookup": lambda n_vocab, n_ctx: PromptLookupDrafter(),
-    "ngram": lambda n_vocab, n_ctx: NGramCacheDrafter(max_bytes=NGRAM_BYTES_PER_TOKEN * n_ctx),
-    "recycle": lambda n_vocab, n_ctx: TokenRecyclingDrafter(n_vocab),
-}
-MODEL_FREE = ("none", *REGISTRY, "auto")
-HYBRID = "auto+"  # auto+MODEL: the model-free drafters and a model drafter, chosen step by step
-AUTO_MEMBERS = ("lookup", "ngram", "recycle")  # what auto mixes (make_drafter)
-
 __all__ = ["Draft", "Drafter", "PromptLookupDrafter", "NGramCacheDrafter", "TokenRecyclingDrafter",
-           "AutoDrafter", "ModelDrafter", "CrossVocabDrafter", "MODEL_FREE", "REGISTRY", "make_drafter",
-           "check_drafter"]
+           "AutoDrafter", "ModelDrafter", "CrossVocabDrafter", "REGISTRY", "Registered", "DrafterSpec",
+           "AUTO_MEMBERS", "PLAIN", "AUTO", "HYBRID", "model_free", "make_drafter", "check_drafter"]
 
 
 def make_drafter(name: str, n_vocab: int, controller: DraftController, target_tokenizer: Tokenizer | None = None,
@@ -41,33 +29,30 @@ def make_drafter(name: str, n_vocab: int, controller: DraftController, target_to
     model-store name, .gguf file or export folder makes a model drafter: of the
     target's vocabulary (VocabTrim'd is fine) or, through text, of another one.
     `auto+MODEL` is the hybrid: the model-free drafters and that model drafter."""
-    if name == "none":
+    spec = DrafterSpec.parse(name)
+    if spec.plain:
         return None
-    if name in REGISTRY:
-        return REGISTRY[name](n_vocab, n_ctx)
-    if name == "auto" or name.startswith(HYBRID):
-        members = [REGISTRY[m](n_vocab, n_ctx) for m in AUTO_MEMBERS]
-        if name.startswith(HYBRID):
-            if target_tokenizer is None:
-                raise DrafterError("a hybrid drafter needs the target's tokenizer")
-            members.append(_model_drafter(name[len(HYBRID):], target_tokenizer, n_ctx, threads, backend_options))
-        return AutoDrafter(members, controller)
-    if target_tokenizer is None:
-        raise DrafterError(f"unknown drafter {name!r}; choose one of: {', '.join(MODEL_FREE)}")
-    return _model_drafter(name, target_tokenizer, n_ctx, threads, backend_options)
+    if spec.uses_model and target_tokenizer is None:
+        if spec.mixed:
+            raise DrafterError("a hybrid drafter needs the target's tokenizer")
+        raise DrafterError(f"unknown drafter {name!r}; choose one of: {', '.join(model_free())}")
+    members = [REGISTRY[m].make(n_vocab, n_ctx) for m in spec.free]
+    if spec.uses_model:
+        members.append(_model_drafter(spec.model, target_tokenizer, n_ctx, threads, backend_options))
+    return AutoDrafter(members, controller) if spec.mixed else members[0]
 
 
 def check_drafter(name: str):
     """Refuse an unknown drafter before anything is loaded; returns the model path of a model drafter."""
-    if name in MODEL_FREE or name in REGISTRY:
+    spec = DrafterSpec.parse(name)
+    if not spec.uses_model:
         return None
-    if name.startswith(HYBRID):
-        return check_drafter(name[len(HYBRID):])
-
     try:
-        return resolve(name, quiet=True)
+        if spec.trim:  # the planner's mark, not a file: a trimmed model is named by its export
+            raise ModelError(f"{TRIM_MARK}K names a trim the memory planner builds; name a trimmed export instead")
+        return resolve(spec.model, quiet=True)
     except ModelError as e:
-        raise DrafterError(f"unknown drafter {name!r}: not one of {', '.join(MODEL_FREE)}, and {e}") from None
+        raise DrafterError(f"unknown drafter {name!r}: not one of {', '.join(model_free())}, and {e}") from None
 
 
 def _model_drafter(name: str, target: Tokenizer, n_ctx: int, threads: int | None,

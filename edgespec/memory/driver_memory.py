@@ -24,6 +24,7 @@ from typing import Sequence
 
 import platformdirs
 
+from edgespec.drafters.registry import PLAIN
 from edgespec.errors import EdgespecError
 from edgespec.memory.footprint import ModelConfig, peak_rss, predict, process_rss
 from edgespec.models.facts import ModelFacts
@@ -74,7 +75,7 @@ def accounted(facts: Sequence[ModelFacts], n_batch: int, widths: int) -> int:
     cfg = ModelConfig(n_ctx=MEASURE_CTX, n_batch=n_batch, load="read", max_outputs=widths, prefill=n_batch,
                       n_outputs_max=widths, gpu_layers=target.n_layer + 1)
     dcfg = replace(cfg, max_outputs=1, gpu_layers=drafter.n_layer + 1) if drafter is not None else None
-    return predict(target, cfg, "none", drafter, dcfg, gpu_driver=0).total
+    return predict(target, cfg, PLAIN, drafter, dcfg, gpu_driver=0).total
 
 
 def _key(paths: Sequence[str | Path], device: str, gpu_name: str, n_batch: int, widths: int) -> str:

@@ -20,7 +20,7 @@ What it counts (the measurements it was built from: docs/design.md, "The memory 
   and the logits of the rows actually requested.
 - Logits: a verification of k draft tokens asks for k + 1 rows, held twice (the
   graph's output tensor and the context's output buffer).
-- Drafter tables: the model-free drafters' own bounds (see drafters/).
+- Drafter tables: the model-free drafters' own bounds (`Registered.table_bytes`, drafters/registry.py).
 - Runtime: code and modules paged in when the first model loads, once per process.
 
 Everything here is pure arithmetic over `ModelFacts`; the planner searches it.
@@ -34,8 +34,7 @@ from dataclasses import dataclass, field, replace
 
 import psutil
 
-from edgespec.drafters.ngram import BYTES_PER_TOKEN as NGRAM_BYTES_PER_TOKEN
-from edgespec.drafters.recycle import BYTES_PER_ENTRY as RECYCLE_BYTES_PER_ENTRY
+from edgespec.drafters.registry import PLAIN, DrafterSpec
 from edgespec.models.facts import ModelFacts
 from edgespec.runtimes.kv_cache import KV_TYPES
 
@@ -132,16 +131,6 @@ def model_bytes(m: ModelFacts, c: ModelConfig, repack: bool | None = None) -> di
     return parts
 
 
-def drafter_table_bytes(kind: str, n_vocab: int, n_ctx: int) -> int:
-    """Model-free drafters' tables at their bounds (a full context of history)."""
-    kinds = {"lookup": ("lookup",), "ngram": ("ngram",), "recycle": ("recycle",),
-             "auto": ("lookup", "ngram", "recycle")}.get(kind.split("+")[0], ())
-    total = 0
-    for k in kinds:
-        total += RECYCLE_BYTES_PER_ENTRY * n_vocab if k == "recycle" else NGRAM_BYTES_PER_TOKEN * n_ctx
-    return total
-
-
 @dataclass
 class Footprint:
     """A predicted footprint: bytes by component, and the process baseline."""
@@ -168,7 +157,7 @@ class Footprint:
         return {**d, "device": dict(self.device)} if self.device else d
 
 
-def predict(target: ModelFacts, cfg: ModelConfig, drafter: str = "none", drafter_model: ModelFacts | None = None,
+def predict(target: ModelFacts, cfg: ModelConfig, drafter: str = PLAIN, drafter_model: ModelFacts | None = None,
             drafter_cfg: ModelConfig | None = None, baseline: int = 0, repack: bool | None = None,
             gpu_shares_ram: bool = True, gpu_driver: int | None = None) -> Footprint:
     """The whole process: target, drafter model (if any), drafter tables, baseline.
@@ -185,7 +174,7 @@ def predict(target: ModelFacts, cfg: ModelConfig, drafter: str = "none", drafter
         dcfg = drafter_cfg or replace(cfg, max_outputs=1,
                                       gpu_layers=drafter_model.n_layer + 1 if full else cfg.gpu_layers)
         fp.add("drafter_", model_bytes(drafter_model, dcfg, repack))
-    tables = drafter_table_bytes(drafter, target.n_vocab, cfg.n_ctx)
+    tables = DrafterSpec.parse(drafter).table_bytes(target.n_vocab, cfg.n_ctx)
     if tables:
         fp.components["drafter_tables"] = tables
     on_gpu = [k for k in fp.components if in_gpu_memory(k)]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from edgespec.drafters import HYBRID, check_drafter
+from edgespec.drafters import AUTO, PLAIN, DrafterSpec, check_drafter
 from edgespec.errors import EdgespecError, ModelError
 from edgespec.export.gguf_trim import cached_trim
 from edgespec.memory.driver_memory import measured
@@ -46,7 +46,6 @@ DEFAULT_BATCH_SLOPE = 0.25
 # VocabTrim sizes the planner may cut a same-vocabulary drafter model to, largest first, where
 # the model as named does not fit a budget (export/gguf_trim.py builds the one chosen, once)
 TRIM_KS = (32768, 16384, 8192)
-TRIM_MARK = "@trim"
 # Plans fill at most this share of a budget: the memory model's error against
 # measured peak RSS was within 4% on the models profiled (README, "Memory").
 HEADROOM = 0.95
@@ -95,7 +94,7 @@ class Plan:
         """The target's configuration; `prefill` narrows the attention-score bound
         from a full context to a known workload's longest prompt."""
         return ModelConfig(n_ctx=self.n_ctx, kv_type=self.kv_type, n_batch=self.n_batch, load=self.load,
-                           flash_attn=self.flash_attn, max_outputs=self.max_draft + 1 if self.drafter != "none" else 1,
+                           flash_attn=self.flash_attn, max_outputs=self.max_draft + 1 if self.drafter != PLAIN else 1,
                            prefill=self.n_ctx if prefill is None else prefill, n_outputs_max=self.n_outputs_max,
                            gpu_layers=self.n_gpu_layers)
 
@@ -103,7 +102,7 @@ class Plan:
         """The footprint of this plan for a workload whose prompts reach `prefill` tokens."""
         assert self.target is not None
         return _predict(self.target, self.config(prefill), self.drafter,
-                        self.drafter_model if uses_model(self.drafter) else None,
+                        self.drafter_model if _uses_model(self.drafter) else None,
                         self.footprint.baseline if baseline is None else baseline, None, self.gpu)
 
     @property
@@ -151,10 +150,10 @@ def drafter_candidates(drafter: str, trims: Sequence[str] = ()) -> list[tuple[st
     costs acceptance), the model-free hybrid where a model was named, then plain decoding."""
     named = named_drafters(drafter)
     out = [(d, 0) for d in named] + [(t, 1 + i) for i, t in enumerate(trims)]
-    if any(uses_model(d) for d in named) and "auto" not in named:
-        out.append(("auto", 1 + len(trims)))
-    if "none" not in named:
-        out.append(("none", 2 + len(trims)))
+    if any(_uses_model(d) for d in named) and AUTO not in named:
+        out.append((AUTO, 1 + len(trims)))
+    if PLAIN not in named:
+        out.append((PLAIN, 2 + len(trims)))
     return out
 
 
@@ -175,12 +174,12 @@ def trim_candidates(target: ModelFacts, drafters: Mapping[str, ModelFacts]) -> d
     """The trims a plan may fall back to (`NAME@trimK`): each named drafter model of the target's
     own vocabulary, cut to each of TRIM_KS below it. (A model trimmed already has fewer LM-head
     rows than the target's vocabulary, so it is not trimmed again.)"""
-    return {f"{d}{TRIM_MARK}{k}": trimmed_facts(f, k) for d, f in drafters.items()
+    return {DrafterSpec.parse(d).trimmed(k).name: trimmed_facts(f, k) for d, f in drafters.items()
             if f.n_vocab == target.n_vocab and f.embd_bytes for k in TRIM_KS if k < f.n_vocab}
 
 
-def uses_model(drafter: str) -> bool:
-    return drafter not in ("none", "lookup", "ngram", "recycle", "auto")
+def _uses_model(drafter: str) -> bool:
+    return DrafterSpec.parse(drafter).uses_model
 
 
 def predicted_speedup(drafter: str, k: int, target: ModelFacts, drafter_model: ModelFacts | None,
@@ -194,9 +193,9 @@ def predicted_speedup(drafter: str, k: int, target: ModelFacts, drafter_model: M
     measured, else the bytes it reads per token as a share of the target's (decoding is
     memory-bound); batch_costs[n] is the cost of verifying n tokens relative to one
     (measured by calibration)."""
-    if drafter == "none" or k <= 0:
+    if drafter == PLAIN or k <= 0:
         return 1.0
-    model = uses_model(drafter) and drafter_model is not None
+    model = _uses_model(drafter) and drafter_model is not None
     a = PRIOR_ACCEPT["model" if model else "free"]
     if model and accept is not None:
         a = min(accept, 0.99)  # the geometric series below needs a < 1
@@ -242,7 +241,7 @@ class PlanRequest:
 
     target: ModelFacts
     budget: int | None
-    drafter: str = "auto"
+    drafter: str = AUTO
     drafter_model: ModelFacts | Mapping[str, ModelFacts] | None = None
     n_ctx: int = 4096
     max_draft: int = 16
@@ -281,7 +280,7 @@ class _Planning:
         self.models.update(self.trims)
         target = req.target
         self.want_ctx = min(req.n_ctx, target.n_ctx_train) if target.n_ctx_train else req.n_ctx
-        self.minimum = math.ceil(_minimum(target, req.baseline, "none", req.repack, req.gpu) / HEADROOM)
+        self.minimum = math.ceil(_minimum(target, req.baseline, PLAIN, req.repack, req.gpu) / HEADROOM)
         self.minimum_spec = math.ceil(_minimum(target, req.baseline, "lookup", req.repack, req.gpu) / HEADROOM)
 
     def speedup(self, d: str, k: int) -> float:
@@ -307,11 +306,11 @@ class _Planning:
         r, k = self.req, self.req.max_draft
         d = max(self.named, key=lambda d: self.speedup(d, k))  # the first named on a tie
         ngl = gpu_layers(r.target, r.gpu.free, self.want_ctx) if r.gpu is not None else 0
-        cfg = ModelConfig(n_ctx=self.want_ctx, max_outputs=k + 1 if d != "none" else 1, prefill=self.want_ctx,
+        cfg = ModelConfig(n_ctx=self.want_ctx, max_outputs=k + 1 if d != PLAIN else 1, prefill=self.want_ctx,
                           gpu_layers=ngl)
         notes = [_choice_note(d, {x: f"{self.speedup(x, k):.2f}x" for x in self.named}, self.basis())] \
             if len(self.named) > 1 else []
-        return self._plan(d, k if d != "none" else 0, cfg, budget=None, load="mmap", notes=notes)
+        return self._plan(d, k if d != PLAIN else 0, cfg, budget=None, load="mmap", notes=notes)
 
     def within_budget(self, budget: int) -> Plan:
         """The best configuration that fits (the order of preference: `_search`)."""
@@ -374,9 +373,9 @@ class _Planning:
             if len(self.named) > 1:
                 each = {x: _described(best[x], ctx, kv) if x in best else None for x in self.named}
                 notes.append(_choice_note(d, each, self.basis()))
-            if d != "none" and k < r.max_draft:
+            if d != PLAIN and k < r.max_draft:
                 notes.append(f"at most {k} draft tokens instead of {r.max_draft}: their logits would not fit")
-            if uses_model(d) and self.speedup(d, k) <= 1.0:
+            if _uses_model(d) and self.speedup(d, k) <= 1.0:
                 notes.append(f"no draft of {d} is predicted to pay here: the controller will draft little")
         if r.gpu is not None and ngl <= r.target.n_layer:
             notes.append(f"{ngl} of {r.target.n_layer + 1} layers on {r.gpu.name}: more do not fit")
@@ -394,7 +393,7 @@ class _Planning:
 
 def _drafter_models(named: Sequence[str], drafter_model) -> dict[str, ModelFacts]:
     """Each named model drafter's facts, from one ModelFacts (one model drafter) or a mapping."""
-    wanted = [d for d in named if uses_model(d)]
+    wanted = [d for d in named if _uses_model(d)]
     if isinstance(drafter_model, Mapping):
         models = {d: drafter_model[d] for d in wanted if d in drafter_model}
     elif drafter_model is not None and len(wanted) == 1:
@@ -424,7 +423,7 @@ def _choice_note(chosen: str, each: Mapping[str, str | None], basis: str) -> str
 def _config(ctx: int, kv: str, nb: int, d: str, k: int, ngl: int = 0) -> ModelConfig:
     """A budgeted configuration: weights read once, attention scores bounded by a full context,
     logits reserved for the longest verification only."""
-    outputs = k + 1 if d != "none" else 1
+    outputs = k + 1 if d != PLAIN else 1
     return ModelConfig(n_ctx=ctx, kv_type=kv, n_batch=nb, load="read", flash_attn=kv != "f16",
                        max_outputs=outputs, prefill=ctx, n_outputs_max=outputs, gpu_layers=ngl)
 
@@ -447,7 +446,7 @@ def _largest_draft(target: ModelFacts, limit: int, baseline: int, d: str, dm: Mo
                    kv: str, nb: int, max_draft: int, repack: bool | None, ngl: int = 0,
                    gpu: GpuMemory | None = None) -> int | None:
     """The largest draft length (0 for plain decoding) that fits `limit`, or None."""
-    for k in ([0] if d == "none" else range(max_draft, 0, -1)):  # two logits rows per draft token: a short scan
+    for k in ([0] if d == PLAIN else range(max_draft, 0, -1)):  # two logits rows per draft token: a short scan
         fp = _predict(target, _config(ctx, kv, nb, d, k, ngl), d, dm, baseline, repack, gpu)
         if _fits(fp, limit, gpu):
             return k
@@ -477,7 +476,7 @@ def _name(m: ModelFacts) -> str:
 
 
 
-def plan_for_profile(target: ModelFacts, profile: "DeviceProfile", budget: int | None = None, drafter: str = "auto",
+def plan_for_profile(target: ModelFacts, profile: "DeviceProfile", budget: int | None = None, drafter: str = AUTO,
                      drafter_model: ModelFacts | None = None, n_ctx: int = 4096, max_draft: int = 16,
                      baseline: int = 0) -> Plan:
     """The plan for a device that is not here (a DeviceProfile of runtimes/gpu/profiles.py):
@@ -501,7 +500,7 @@ def plan_for_profile(target: ModelFacts, profile: "DeviceProfile", budget: int |
     return p
 
 
-def make_plan(model_path, drafter: str = "auto", n_ctx: int = 4096, max_draft: int = 16,
+def make_plan(model_path, drafter: str = AUTO, n_ctx: int = 4096, max_draft: int = 16,
               budget: int | str | None = None, device: str = "cpu", trim: bool = True) -> Plan | None:
     """The plan for a model file and drafter name, this process's memory now as the
     baseline. None without a budget for models the memory model does not cover
@@ -552,7 +551,7 @@ def _with_driver(req: PlanRequest, gpu: GpuMemory, device: str) -> GpuMemory:
         raise BudgetError("a GPU plan takes one model drafter (its driver's memory is measured for that pair): "
                           f"name one of {', '.join(models)}")
     facts = [req.target, *models.values()]
-    widths = req.max_draft + 1 if req.drafter != "none" else 1  # the verification widths the plan may run
+    widths = req.max_draft + 1 if req.drafter != PLAIN else 1  # the verification widths the plan may run
     driver = measured(facts, device, gpu.name, BATCHES[0], widths, run=False)
     if driver is None and req.budget is not None:
         try:
@@ -566,18 +565,17 @@ def _with_driver(req: PlanRequest, gpu: GpuMemory, device: str) -> GpuMemory:
 def _with_trim(p: Plan, model_path, files: Mapping[str, Path], req: PlanRequest, device: str) -> Plan:
     """A plan that chose a VocabTrim'd drafter, made again on the trimmed file (built once into
     the cache), or without it, saying why, where it cannot be built."""
-    base, k = p.drafter.rsplit(TRIM_MARK, 1)
-    name = base.removeprefix(HYBRID)
+    spec = DrafterSpec.parse(p.drafter)
+    name, k = spec.model, spec.trim
     try:
-        built = cached_trim(files[base], int(k))
+        built = cached_trim(files[spec.untrimmed], k)
     except (ModelError, OSError) as e:  # a plan without the trim still runs: say why it is missing
         q = make_plan(model_path, req.drafter, req.n_ctx, req.max_draft, req.budget, device, trim=False)
         assert q is not None
         q.notes.insert(0, f"{name} could not be trimmed to fit ({e})")
         return q
     # planned again on the file itself: its own facts, and its measured costs once it has drafted
-    hybrid = HYBRID if base.startswith(HYBRID) else ""
-    q = make_plan(model_path, hybrid + str(built), req.n_ctx, req.max_draft, req.budget, device, trim=False)
+    q = make_plan(model_path, spec.with_model(str(built)).name, req.n_ctx, req.max_draft, req.budget, device, trim=False)
     assert q is not None
     q.notes.insert(0, f"{name} trimmed to its {k} most used tokens (VocabTrim, in {built.parent}): with its full "
                       f"vocabulary it does not fit at context {p.n_ctx}")
@@ -622,5 +620,5 @@ def plain_footprint(target: ModelFacts, n_ctx: int, baseline: int = 0, repack: b
     budget such as "plain + 10%" is measured from."""
     ctx = min(n_ctx, target.n_ctx_train) if target.n_ctx_train else n_ctx
     cfg = ModelConfig(n_ctx=ctx, kv_type="f16", n_batch=BATCHES[-1], load="read", max_outputs=1, prefill=ctx)
-    return predict(target, cfg, "none", baseline=baseline, repack=repack).total
+    return predict(target, cfg, PLAIN, baseline=baseline, repack=repack).total
 
