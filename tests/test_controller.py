@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
-from edgespec.speculative.controller import LEARN_AFTER, OPTIMISTIC_ROW, PROBE_BURST, AcceptanceModel, CostModel, DraftController, prior_units
+from edgespec.speculative.acceptance import AcceptanceModel
+from edgespec.speculative.cost_curve import LEARN_AFTER, OPTIMISTIC_ROW, CostModel, prior_units
+from edgespec.speculative.controller import PROBE_BURST, DraftController
 from edgespec.speculative.drafter import Kind, ModelCost
 
 

@@ -7,7 +7,7 @@ import numpy as np
 from edgespec.api import EdgeSpec
 from edgespec.bench.replay import ReplayBackend
 from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
-from edgespec.speculative.controller import AcceptanceModel
+from edgespec.speculative.acceptance import AcceptanceModel
 from edgespec.speculative.drafter import Draft, Kind
 from edgespec.speculative.hindsight import Hindsight
 

@@ -13,7 +13,8 @@ from pathlib import Path
 ROOT = Path(__file__).parent.parent
 PACKAGE = ("edgespec", "export", "runtimes", "apps")
 NAMESPACE = {"edgespec": "edgespec", "export": "edgespec.export", "runtimes": "edgespec.runtimes", "apps": "edgespec.apps"}
-DECODE_PATH = ("edgespec/speculative/engine.py", "edgespec/speculative/controller.py", "edgespec/speculative/verifier.py", "edgespec/drafters/")
+DECODE_PATH = ("edgespec/speculative/engine.py", "edgespec/speculative/controller.py", "edgespec/speculative/acceptance.py",
+               "edgespec/speculative/cost_curve.py", "edgespec/speculative/verifier.py", "edgespec/drafters/")
 
 
 @functools.cache

@@ -318,7 +318,7 @@ def test_a_drafters_step_is_kept_per_machine_and_found_by_model_file(tmp_path, m
     assert measured_costs(target, {"small": drafter}, 4)[1] == {}
     calibration.save_drafter_steps([(small, (40, 40 * 0.044))])
     batch, steps = measured_costs(target, {"small": drafter}, 4)
-    # sizes never measured are priced pessimistically from the measured size below (controller.prior_units)
+    # sizes never measured are priced pessimistically from the measured size below (cost_curve.prior_units)
     assert batch[1:] == pytest.approx([0.100, 0.180, 0.260, 0.280, 0.360])
     assert steps == {"small": pytest.approx(0.44)}
 

@@ -36,7 +36,8 @@ from edgespec.errors import EdgespecError
 from edgespec.models.store import resolve
 from edgespec.runtimes import open_backend
 from edgespec.speculative.backend import Tokenizer
-from edgespec.speculative.controller import DRAFT_MARGIN, AcceptanceModel, DraftController
+from edgespec.speculative.acceptance import AcceptanceModel
+from edgespec.speculative.controller import DRAFT_MARGIN, DraftController
 from edgespec.speculative.drafter import Draft
 from edgespec.speculative.engine import Engine
 

@@ -32,7 +32,7 @@ from edgespec.errors import EdgespecError
 from edgespec.models.store import resolve
 from edgespec.runtimes import open_backend
 from edgespec.runtimes.llamacpp import SMALL_BATCH_SWITCH, llama_cpp_kernels_only, small_batch_kernels
-from edgespec.speculative.controller import prior_units
+from edgespec.speculative.cost_curve import prior_units
 from edgespec.speculative.cpu_load import OtherLoad
 
 

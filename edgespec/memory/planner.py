@@ -29,7 +29,7 @@ from edgespec.runtimes.gpu.devices import GPU_RESERVE_BYTES, GPU_RESERVE_SHARE, 
 from edgespec.runtimes.gpu.profiles import ModelShape, RooflineCost
 from edgespec.runtimes.kv_cache import KV_QUALITY
 from edgespec.speculative import calibration
-from edgespec.speculative.controller import CostModel
+from edgespec.speculative.cost_curve import CostModel
 
 if TYPE_CHECKING:
     from edgespec.runtimes.gpu.profiles import DeviceProfile

@@ -23,7 +23,8 @@ import numpy as np
 import platformdirs
 
 from edgespec.files import write_json
-from edgespec.speculative.controller import CostModel, acceptance_counts
+from edgespec.speculative.acceptance import acceptance_counts
+from edgespec.speculative.cost_curve import CostModel
 
 
 CURVE_FORMAT = 2  # a curve kept in another format is learned again

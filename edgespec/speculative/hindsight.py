@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from edgespec.speculative.controller import AcceptanceModel
+from edgespec.speculative.acceptance import AcceptanceModel
 from edgespec.speculative.drafter import Draft
 from edgespec.speculative.sequence import matched_so_far
 

@@ -20,7 +20,7 @@ import weakref
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from edgespec.speculative.controller import CostModel
+from edgespec.speculative.cost_curve import CostModel
 from edgespec.speculative.cpu_load import MIN_SECONDS, OtherLoad
 
 SETTLE_S = 1.0  # after an answer, before timing: a chat's next turn or a server's next request often follows at once
