@@ -38,7 +38,7 @@ MIN_CTX = 256
 BATCHES = (512, 128, 64)
 # Prior acceptance per drafted token, before anything is measured. Model-free drafts
 # are accepted less often than a model's; both are the bench's order of magnitude on
-# this project's prompts (see README, "Measured"); the engine learns the real rates.
+# this project's prompts (docs/benchmarks.md); the engine learns the real rates.
 PRIOR_ACCEPT = {"model": 0.7, "free": 0.6}
 # A k-token verification costs about this much more than one token per extra token
 # where nothing was measured (the bench's calibration curve replaces it).
@@ -47,7 +47,7 @@ DEFAULT_BATCH_SLOPE = 0.25
 # the model as named does not fit a budget (export/gguf_trim.py builds the one chosen, once)
 TRIM_KS = (32768, 16384, 8192)
 # Plans fill at most this share of a budget: the memory model's error against
-# measured peak RSS was within 4% on the models profiled (README, "Memory").
+# measured peak RSS was within 4% on the models profiled (docs/memory.md).
 HEADROOM = 0.95
 
 

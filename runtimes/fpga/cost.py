@@ -19,7 +19,7 @@ fpga_resources.py's; a design the board cannot hold is refused.
 
 Energy is the board's power times time. The numbers of a `Board` are datasheet
 figures; those of a `Design` are the accelerator's, and where a paper does not
-publish them they are calibrated, which the profile says (see README, FPGA simulation).
+publish them they are calibrated, which the profile says (see docs/fpga.md).
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ class CostModel:
 # AMD Kria KV260 (Zynq UltraScale+ XCK26): resources from AMD's datasheet (DS987).
 # The DDR4 is 64-bit at 2400 MT/s, 19.2 GB/s peak; the PL reaches it through HP
 # ports, and `ddr_bytes_per_s` is what TeLLMe's own decode rate implies the design
-# sustains (calibrated: see README, FPGA simulation). Power: the paper's 5 W budget.
+# sustains (calibrated: see docs/fpga.md). Power: the paper's 5 W budget.
 KV260 = Board("kv260", clock_hz=250e6, ddr_bytes_per_s=5.0e9, power_w=5.0, cpu_flops=16e9,
               dsp=1248, lut=117_120, bram_36k=144, uram=64,
               note="XCK26 datasheet resources; 250 MHz, 5.0 GB/s sustained and 16 GFLOP/s on the ARM cores are assumptions calibrated to TeLLMe v2")
