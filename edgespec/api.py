@@ -9,16 +9,12 @@
 
 from __future__ import annotations
 
-import codecs
 import json
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
-from jinja2.exceptions import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-from edgespec.deadline import DeadlineExceeded, within
+from edgespec.chat_template import ChatTemplate
 from edgespec.drafters import make_drafter
 from edgespec.errors import ContextOverflowError, EdgespecError
 from edgespec.memory.footprint import peak_rss, process_rss
@@ -33,9 +29,8 @@ from edgespec.speculative.engine import Engine
 from edgespec.speculative.grammar import Grammar
 from edgespec.speculative.stats import GenerationStats
 from edgespec.speculative.verifier import SamplingParams
+from edgespec.text_stream import TextStream
 from edgespec.tools import Tools, with_tools
-
-TEMPLATE_BUDGET_S = 1.0  # a chat template renders in milliseconds; past this it is a loop bomb
 
 Message = dict  # {"role": "user" | "assistant" | "system", "content": str}
 
@@ -180,7 +175,7 @@ class EdgeSpec:
         self.engine = Engine(self.backend, self.drafter, controller=controller, adapt_threads=threads is None,
                              idle_timing=idle_timing, clock=clock)
         self._active: threading.Event | None = None
-        self._template = None  # the compiled chat template, on first use
+        self._template: ChatTemplate | None = None  # compiled on first use
 
     # -- prompts ----------------------------------------------------------------
 
@@ -192,39 +187,15 @@ class EdgeSpec:
         """Render messages with the model's own chat template (Jinja, as in transformers); `tools`
         through it where it renders them, else in the system message (tools.py)."""
         tok = self.tokenizer
-        template = self._chat_template()
+        if self._template is None:
+            self._template = ChatTemplate(tok.chat_template)
         offered = None
         if tools is not None:
-            messages, offered = with_tools(list(messages), tools, "tools" in (self.tokenizer.chat_template or ""))
-        values = dict(messages=list(messages), add_generation_prompt=add_generation_prompt, tools=offered,
-                      bos_token=tok.token_text(tok.bos_id) if tok.bos_id is not None else "",
-                      eos_token=tok.token_text(tok.eos_id) if tok.eos_id is not None else "")
-        try:
-            return within(TEMPLATE_BUDGET_S, lambda: template.render(**values))
-        except TemplateError as e:
-            raise EdgespecError(f"chat template error: {e}") from None
-        except DeadlineExceeded:
-            raise EdgespecError(f"the model's chat template renders for over {TEMPLATE_BUDGET_S:g} s "
-                                "on these messages") from None
-
-    def _chat_template(self):
-        # compiled once: a chat renders it every turn, and compiling each time costs
-        # milliseconds and leaves parser garbage behind in a long session
-        if self._template is None:
-            template = self.tokenizer.chat_template
-            if not template:
-                raise EdgespecError("this model ships no chat template; use generate() with a plain prompt")
-            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-
-            def raise_exception(msg: str) -> None:
-                raise TemplateError(msg)
-
-            env.globals["raise_exception"] = raise_exception
-            try:
-                self._template = env.from_string(template)
-            except TemplateError as e:
-                raise EdgespecError(f"chat template error: {e}") from None
-        return self._template
+            messages, offered = with_tools(list(messages), tools, "tools" in (tok.chat_template or ""))
+        return self._template.render(messages=list(messages), add_generation_prompt=add_generation_prompt,
+                                     tools=offered,
+                                     bos_token=tok.token_text(tok.bos_id) if tok.bos_id is not None else "",
+                                     eos_token=tok.token_text(tok.eos_id) if tok.eos_id is not None else "")
 
     def chat_ids(self, messages: Sequence[Message], tools: Tools | None = None) -> list[int]:
         text = self.apply_chat_template(messages, tools=tools)
@@ -287,39 +258,32 @@ class EdgeSpec:
 
     def _pieces(self, stream: Stream, params: SamplingParams, max_tokens: int, stop: list[str],
                 grammar: Grammar | None, tools: Tools | None) -> Iterator[str]:
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        text = ""
-        emitted = 0  # characters of `text` already yielded
-        hold = max((len(s) for s in stop), default=1) - 1  # a stop string may still be forming
-        finish = None
+        out = TextStream(stop, tools.shown if tools is not None else None)
         self._active = stream._cancel
         constraint = grammar.constraint(self.tokenizer) if grammar is not None else None
         gen = self.engine.generate(stream.prompt_ids, max_tokens, params, stream._cancel, constraint)
         try:
             for tok in gen:
                 stream.token_ids.append(tok)
-                text += decoder.decode(self.tokenizer.token_bytes(tok))
-                hit = _find_stop(text, stop, emitted)
-                if hit is not None:
-                    text, finish = text[:hit], "stop"
+                piece = out.push(self.tokenizer.token_bytes(tok))
+                if out.stopped:
                     break
-                safe = len(text) - hold if tools is None else min(len(text) - hold, tools.shown(text))
-                if safe > emitted:
-                    yield text[emitted:safe]
-                    emitted = safe
+                if piece:
+                    yield piece
             else:
-                text += decoder.decode(b"", final=True)
+                out.end()
         finally:
             gen.close()
             self._active = None
-        calls = []
+        text, calls = out.text, []
         if tools is not None:
             content, calls = tools.split(text)
             text = content or ""
-        if len(text) > emitted:
-            yield text[emitted:]
+        piece = out.rest(text)
+        if piece:
+            yield piece
         st = self.engine.last_stats
-        finish = finish or ("tool_calls" if calls and st.finish_reason == "stop" else st.finish_reason)
+        finish = "stop" if out.stopped else ("tool_calls" if calls and st.finish_reason == "stop" else st.finish_reason)
         stream.completion = Completion(text, stream.prompt_ids, stream.token_ids, finish, st,
                                        structured=grammar is not None and grammar.is_json, tool_calls=calls)
 
@@ -411,18 +375,6 @@ class EdgeSpec:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _find_stop(text: str, stop: list[str], emitted: int) -> int | None:
-    """Earliest position where a stop string starts (only new text can hold one)."""
-    best = None
-    for s in stop:
-        if not s:
-            continue
-        i = text.find(s, max(0, emitted - len(s) + 1))
-        if i >= 0 and (best is None or i < best):
-            best = i
-    return best
 
 
 def _drain(stream: Stream) -> Completion:

@@ -39,6 +39,13 @@ def test_max_tokens_and_stop_strings_end_the_answer():
     assert c.text == "one two" and c.finish_reason == "stop"
 
 
+def test_a_stop_string_forming_over_several_tokens_is_never_streamed():
+    llm = EdgeSpec(ScriptedBackend("one two three four"), drafter="none")
+    pieces = list(llm.stream("x", max_tokens=100, stop=[" thr", "never"]))
+    # one byte a token: " t" and " th" were held back until " thr" showed they were the stop's
+    assert "".join(pieces) == "one two" and len(pieces) > 1
+
+
 def test_cancel_from_another_thread_stops_the_stream():
     llm = EdgeSpec(ReferenceBackend(), drafter="auto")
     stream = llm.stream("tell me a long story", max_tokens=10_000)
