@@ -18,7 +18,8 @@ from edgespec.chat_template import ChatTemplate
 from edgespec.drafters import make_drafter
 from edgespec.errors import ContextOverflowError, EdgespecError
 from edgespec.memory.footprint import peak_rss, process_rss
-from edgespec.memory.planner import Plan, make_plan, named_drafters
+from edgespec.memory.make_plan import make_plan
+from edgespec.memory.planner import Plan, named_drafters
 from edgespec.models.store import resolve
 from edgespec.runtimes import open_backend
 from edgespec.speculative.backend import Backend

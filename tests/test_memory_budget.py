@@ -130,7 +130,8 @@ def test_a_drafter_that_fits_only_trimmed_is_trimmed_once_and_drafts_losslessly(
     from helpers import always_draft
     from edgespec.api import EdgeSpec
     from edgespec.drafters import make_drafter
-    from edgespec.memory.planner import TRIM_KS, make_plan
+    from edgespec.memory.make_plan import make_plan
+    from edgespec.memory.planner import TRIM_KS
     from edgespec.speculative.engine import Engine
     from prompts import PROMPTS
     from test_real_lossless import assert_lossless_up_to_near_ties
@@ -162,7 +163,7 @@ def test_a_drafter_that_fits_only_trimmed_is_trimmed_once_and_drafts_losslessly(
 def budget_the_drafter_misses(model: str) -> int:
     """A budget just below what `model` drafting for itself needs at context 1024."""
     from edgespec.memory.footprint import process_rss
-    from edgespec.memory.planner import make_plan
+    from edgespec.memory.make_plan import make_plan
 
     budget = process_rss()["rss"] + 400_000_000  # a budget covers this whole process, whatever ran in it before
     while make_plan(model, model, 1024, 8, budget, trim=False).drafter == model:
@@ -171,14 +172,14 @@ def budget_the_drafter_misses(model: str) -> int:
 
 
 def test_a_drafter_that_cannot_be_trimmed_falls_back_to_model_free_drafting_and_says_why(smollm2_path, monkeypatch):
-    import edgespec.memory.planner
+    import edgespec.memory.make_plan
     from edgespec.errors import ModelError
-    from edgespec.memory.planner import make_plan
+    from edgespec.memory.make_plan import make_plan
 
     def fail(src, k):
         raise ModelError("no space left on device")
 
-    monkeypatch.setattr(edgespec.memory.planner, "cached_trim", fail)
+    monkeypatch.setattr(edgespec.memory.make_plan, "cached_trim", fail)
     model = str(smollm2_path)
     p = make_plan(model, model, 1024, 8, budget_the_drafter_misses(model))
     assert p.drafter == "auto" and p.n_ctx == 1024

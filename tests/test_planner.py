@@ -297,7 +297,7 @@ def test_measured_drafter_steps_replace_the_weight_size_prior():
 def test_a_drafters_step_is_kept_per_machine_and_found_by_model_file(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from edgespec.memory.planner import measured_costs
+    from edgespec.memory.make_plan import measured_costs
     from edgespec.speculative import calibration
 
     monkeypatch.setattr(calibration, "_dir", lambda: tmp_path / "calibration")
@@ -326,7 +326,8 @@ def test_a_drafters_step_is_kept_per_machine_and_found_by_model_file(tmp_path, m
 def test_a_pairs_measured_acceptance_replaces_the_prior(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from edgespec.memory.planner import measured_acceptance, predicted_speedup
+    from edgespec.memory.make_plan import measured_acceptance
+    from edgespec.memory.planner import predicted_speedup
     from edgespec.speculative import calibration
 
     monkeypatch.setattr(calibration, "_dir", lambda: tmp_path / "calibration")

@@ -17,19 +17,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from edgespec.drafters import AUTO, PLAIN, DrafterSpec, check_drafter
-from edgespec.errors import EdgespecError, ModelError
-from edgespec.export.gguf_trim import cached_trim
-from edgespec.memory.driver_memory import measured
-from edgespec.memory.footprint import (GPU_DRIVER_FIXED, Footprint, ModelConfig, fmt_bytes, parse_bytes, predict,
-                                       process_rss)
+from edgespec.drafters import AUTO, PLAIN, REGISTRY, DrafterSpec
+from edgespec.errors import EdgespecError
+from edgespec.memory.footprint import GPU_DRIVER_FIXED, Footprint, ModelConfig, fmt_bytes, predict
 from edgespec.models.facts import ModelFacts
-from edgespec.models.store import model_file
-from edgespec.runtimes.gpu.devices import GPU_RESERVE_BYTES, GPU_RESERVE_SHARE, gpu_layers, place, shares_ram
+from edgespec.runtimes.gpu.devices import GPU_RESERVE_BYTES, GPU_RESERVE_SHARE, gpu_layers
 from edgespec.runtimes.gpu.profiles import ModelShape, RooflineCost
 from edgespec.runtimes.kv_cache import KV_QUALITY
-from edgespec.speculative import calibration
-from edgespec.speculative.cost_curve import CostModel
 
 if TYPE_CHECKING:
     from edgespec.runtimes.gpu.profiles import DeviceProfile
@@ -266,6 +260,29 @@ def plan(req: PlanRequest) -> Plan:
     return planning.unbudgeted() if req.budget is None else planning.within_budget(req.budget)
 
 
+@dataclass(frozen=True)
+class _Fit:
+    """A configuration that fits the budget, for one drafter."""
+
+    drafter: str
+    ctx: int
+    kv: str
+    n_batch: int
+    k: int  # draft tokens
+    gpu_layers: int
+    speedup: float
+    kv_rank: int  # in KV_QUALITY: 0, the model's own output
+    tier: int  # 0: a drafter named; higher, a fallback (drafter_candidates)
+
+    def preference(self) -> tuple:
+        """The order of `_search`: the model's own output, context, a drafter named over a fallback,
+        the GPU's share, predicted throughput, draft length, prefill batch."""
+        return (-self.kv_rank, self.ctx, -self.tier, self.gpu_layers, self.speedup, self.k, self.n_batch)
+
+    def config(self) -> ModelConfig:
+        return _config(self.ctx, self.kv, self.n_batch, self.drafter, self.k, self.gpu_layers)
+
+
 class _Planning:
     """One plan's search: the request, the drafters it may choose and what each would give."""
 
@@ -281,7 +298,8 @@ class _Planning:
         target = req.target
         self.want_ctx = min(req.n_ctx, target.n_ctx_train) if target.n_ctx_train else req.n_ctx
         self.minimum = math.ceil(_minimum(target, req.baseline, PLAIN, req.repack, req.gpu) / HEADROOM)
-        self.minimum_spec = math.ceil(_minimum(target, req.baseline, "lookup", req.repack, req.gpu) / HEADROOM)
+        cheapest = min(REGISTRY, key=lambda m: REGISTRY[m].table_bytes(target.n_vocab, MIN_CTX))
+        self.minimum_spec = math.ceil(_minimum(target, req.baseline, cheapest, req.repack, req.gpu) / HEADROOM)
 
     def speedup(self, d: str, k: int) -> float:
         r = self.req
@@ -322,10 +340,9 @@ class _Planning:
                 f"this process's {fmt_bytes(r.baseline)} included)")
         best = self._search(math.floor(budget * HEADROOM))
         assert best, "the minimum fits, so the smallest context does"
-        d = max(best, key=lambda x: best[x][0])
-        _, ctx, kv, nb, k, ngl = best[d]
-        cfg = _config(ctx, kv, nb, d, k, ngl)
-        return self._plan(d, k, cfg, budget=budget, load="read", notes=self._notes(best, d))
+        chosen = max(best.values(), key=_Fit.preference)
+        return self._plan(chosen.drafter, chosen.k, chosen.config(), budget=budget, load="read",
+                          notes=self._notes(best, chosen))
 
     def _contexts(self) -> list[int]:
         """The context asked for, then halved down to MIN_CTX."""
@@ -337,11 +354,11 @@ class _Planning:
             ctxs.append(min(MIN_CTX, self.want_ctx))
         return ctxs
 
-    def _search(self, limit: int) -> dict[str, tuple]:
-        """Per drafter, its best (preference key, context, KV type, batch, draft length, GPU layers)
-        that fits `limit`: the model's own output first (a quantized KV cache changes it), then the
-        context, then a drafter named over a fallback, then the GPU's share, then predicted
-        throughput (which drafter named, how long a draft), then prefill batch."""
+    def _search(self, limit: int) -> dict[str, _Fit]:
+        """Per drafter, its most preferred configuration that fits `limit`: the model's own output
+        first (a quantized KV cache changes it), then the context, then a drafter named over a
+        fallback, then the GPU's share, then predicted throughput (which drafter named, how long a
+        draft), then prefill batch (`_Fit.preference`)."""
         r, best = self.req, {}
         for ctx in self._contexts():
             for q, kv in enumerate(_kv_types(r.gpu)):
@@ -352,15 +369,15 @@ class _Planning:
                                                r.max_draft, r.repack, ngl, r.gpu)
                             if k is None:
                                 continue
-                            key = (-q, ctx, -tier, ngl, self.speedup(d, k), k, nb)
-                            if d not in best or key > best[d][0]:
-                                best[d] = (key, ctx, kv, nb, k, ngl)
+                            fit = _Fit(d, ctx, kv, nb, k, ngl, self.speedup(d, k), q, tier)
+                            if d not in best or fit.preference() > best[d].preference():
+                                best[d] = fit
         return best
 
-    def _notes(self, best: dict[str, tuple], d: str) -> list[str]:
+    def _notes(self, best: dict[str, _Fit], chosen: _Fit) -> list[str]:
         """What the budget cost the plan, against what was asked for."""
         r = self.req
-        _, ctx, kv, _, k, ngl = best[d]
+        d, ctx, kv, k, ngl = chosen.drafter, chosen.ctx, chosen.kv, chosen.k, chosen.gpu_layers
         notes = []
         if ctx < self.want_ctx:
             notes.append(f"context {ctx} instead of {self.want_ctx}: a larger one does not fit")
@@ -406,11 +423,11 @@ def _drafter_models(named: Sequence[str], drafter_model) -> dict[str, ModelFacts
     return models
 
 
-def _described(found: tuple, ctx: int, kv: str) -> str:
+def _described(fit: _Fit, ctx: int, kv: str) -> str:
     """A drafter's best configuration as a choice note shows it: its predicted speed-up, and
     what it would give up (context, KV cache type) where it fits only so."""
-    key, c, q, _, _, _ = found
-    return f"{key[4]:.2f}x" + (f" at context {c}" if c != ctx else "") + (f" with a {q} KV cache" if q != kv else "")
+    return (f"{fit.speedup:.2f}x" + (f" at context {fit.ctx}" if fit.ctx != ctx else "")
+            + (f" with a {fit.kv} KV cache" if fit.kv != kv else ""))
 
 
 def _choice_note(chosen: str, each: Mapping[str, str | None], basis: str) -> str:
@@ -498,120 +515,6 @@ def plan_for_profile(target: ModelFacts, profile: "DeviceProfile", budget: int |
     p.notes.insert(0, f"PROJECTED for {profile.name}: its GPU driver's memory assumed to be {fmt_bytes(GPU_DRIVER_FIXED)}, "
                       f"not measured; this process's {fmt_bytes(baseline)} counted as if on the device")
     return p
-
-
-def make_plan(model_path, drafter: str = AUTO, n_ctx: int = 4096, max_draft: int = 16,
-              budget: int | str | None = None, device: str = "cpu", trim: bool = True) -> Plan | None:
-    """The plan for a model file and drafter name, this process's memory now as the
-    baseline. None without a budget for models the memory model does not cover
-    (ONNX exports); with a budget they are refused. With `device` gpu or auto, the
-    GPU llama.cpp would use is planned for (see `plan`); a budget then first measures the
-    driver's memory for these models, once per machine (driver_memory.py).
-
-    On the CPU, where a drafter model of the target's vocabulary does not fit the budget
-    but would once VocabTrim'd, the plan trims it (`trim`; the most tokens that fit, built
-    once into the cache by export/gguf_trim.py) and drafts with the trimmed model."""
-    if isinstance(budget, str):
-        try:
-            budget = parse_bytes(budget)
-        except ValueError as e:
-            raise BudgetError(str(e)) from None
-    named = named_drafters(drafter)
-    found = {d: check_drafter(d) for d in named}  # an unknown name is refused before any file is read
-    files = {d: model_file(p) for d, p in found.items() if p is not None}  # the model drafters'
-    target_file = model_file(model_path)
-    onnx = [p for p in [target_file, *files.values()] if p.suffix.lower() != ".gguf"]
-    if onnx:
-        if budget is None and len(named) == 1:
-            return None
-        raise BudgetError(f"memory budgets and a choice among drafters are planned for GGUF models (llama.cpp); "
-                          f"{onnx[0]} is not one")
-    req = PlanRequest(ModelFacts.from_gguf(target_file), budget, drafter,
-                      {d: ModelFacts.from_gguf(p) for d, p in files.items()}, n_ctx=n_ctx, max_draft=max_draft,
-                      baseline=process_rss()["rss"])
-    gpu = gpu_memory(device)
-    if gpu is not None:
-        req = replace(req, gpu=_with_driver(req, gpu, device))
-    else:
-        batch_costs, draft_costs = measured_costs(target_file, files, max_draft)
-        trims = trim_candidates(req.target, req.drafter_model) if trim and budget is not None else {}
-        req = replace(req, batch_costs=batch_costs, draft_costs=draft_costs, trims=trims)
-    p = plan(replace(req, draft_accept=measured_acceptance(target_file, files)))
-    if p.drafter not in (req.trims or {}):
-        return p
-    return _with_trim(p, model_path, files, req, device)
-
-
-def _with_driver(req: PlanRequest, gpu: GpuMemory, device: str) -> GpuMemory:
-    """The GPU with its driver's memory for these models: measured once per machine where a
-    budget needs it (a budget that cannot fit even without the driver is refused first), else
-    what an earlier measurement found (None: estimated)."""
-    models = req.drafter_model
-    if len(models) > 1:
-        raise BudgetError("a GPU plan takes one model drafter (its driver's memory is measured for that pair): "
-                          f"name one of {', '.join(models)}")
-    facts = [req.target, *models.values()]
-    widths = req.max_draft + 1 if req.drafter != PLAIN else 1  # the verification widths the plan may run
-    driver = measured(facts, device, gpu.name, BATCHES[0], widths, run=False)
-    if driver is None and req.budget is not None:
-        try:
-            plan(replace(req, gpu=replace(gpu, driver=0)))
-        except BudgetError as e:
-            raise BudgetError(f"{e}, before the GPU driver's own memory") from None
-        driver = measured(facts, device, gpu.name, BATCHES[0], widths)
-    return replace(gpu, driver=driver)
-
-
-def _with_trim(p: Plan, model_path, files: Mapping[str, Path], req: PlanRequest, device: str) -> Plan:
-    """A plan that chose a VocabTrim'd drafter, made again on the trimmed file (built once into
-    the cache), or without it, saying why, where it cannot be built."""
-    spec = DrafterSpec.parse(p.drafter)
-    name, k = spec.model, spec.trim
-    try:
-        built = cached_trim(files[spec.untrimmed], k)
-    except (ModelError, OSError) as e:  # a plan without the trim still runs: say why it is missing
-        q = make_plan(model_path, req.drafter, req.n_ctx, req.max_draft, req.budget, device, trim=False)
-        assert q is not None
-        q.notes.insert(0, f"{name} could not be trimmed to fit ({e})")
-        return q
-    # planned again on the file itself: its own facts, and its measured costs once it has drafted
-    q = make_plan(model_path, spec.with_model(str(built)).name, req.n_ctx, req.max_draft, req.budget, device, trim=False)
-    assert q is not None
-    q.notes.insert(0, f"{name} trimmed to its {k} most used tokens (VocabTrim, in {built.parent}): with its full "
-                      f"vocabulary it does not fit at context {p.n_ctx}")
-    return q
-
-
-def measured_acceptance(target: Path, drafters: Mapping[str, Path]) -> dict[str, float]:
-    """Each model drafter's greedy acceptance per drafted token against this target, where
-    earlier generations kept it (calibration.save_acceptance; any device: the models decide it)."""
-    found = {d: calibration.acceptance(target, p) for d, p in drafters.items()}
-    return {d: c[1] / c[0] for d, c in found.items() if c}
-
-
-def measured_costs(target: Path, drafters: Mapping[str, Path], max_draft: int
-                   ) -> tuple[list[float] | None, dict[str, float]]:
-    """What earlier runs on this machine's CPU measured: the target's seconds per batch size
-    (its calibration, interpolated up to max_draft + 1) and each model drafter's step in
-    target tokens (as generation measured it). (None, {}) before the target was calibrated."""
-    seconds = calibration.latest(calibration.model_prefix(target))
-    if not seconds or 1 not in seconds:
-        return None, {}
-    cost = CostModel(max_n=max_draft + 1)
-    cost.set_timed(seconds)
-    steps = {d: calibration.latest(calibration.DRAFTER_STEP + calibration.model_prefix(p)) for d, p in drafters.items()}
-    return [float(c) for c in cost.costs()], {d: s[1] / seconds[1] for d, s in steps.items() if s and 1 in s}
-
-
-def gpu_memory(device: str) -> GpuMemory | None:
-    """The GPU a `--device` request gets from llama.cpp, or None for the CPU."""
-    if device == "cpu":
-        return None
-
-    gpus = place(device).gpus
-    if not gpus:
-        return None
-    return GpuMemory(gpus[0].free, shares_ram(gpus[0]), f"{gpus[0].name} ({gpus[0].description})")
 
 
 def plain_footprint(target: ModelFacts, n_ctx: int, baseline: int = 0, repack: bool | None = None) -> int:
