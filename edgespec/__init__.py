@@ -23,7 +23,7 @@ _HOME = {
     "Backend": "edgespec.speculative.backend", "Tokenizer": "edgespec.speculative.backend",
     "Engine": "edgespec.speculative.engine", "GenerationStats": "edgespec.speculative.stats",
     "SamplingParams": "edgespec.speculative.verifier",
-    "Grammar": "edgespec.speculative.grammar", "Tools": "edgespec.tools",
+    "Grammar": "edgespec.structured.grammar", "Tools": "edgespec.structured.tools",
 }
 __all__ = [*_HOME, "__version__"]
 
@@ -47,6 +47,6 @@ if TYPE_CHECKING:
     from edgespec.speculative.backend import Backend, Tokenizer
     from edgespec.speculative.engine import Engine
     from edgespec.speculative.stats import GenerationStats
-    from edgespec.speculative.grammar import Grammar
+    from edgespec.structured.grammar import Grammar
     from edgespec.speculative.verifier import SamplingParams
-    from edgespec.tools import Tools
+    from edgespec.structured.tools import Tools

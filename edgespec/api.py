@@ -27,11 +27,11 @@ from edgespec.speculative.clock import Clock
 from edgespec.speculative.controller import DraftController
 from edgespec.speculative.drafter import drafter_backends
 from edgespec.speculative.engine import Engine
-from edgespec.speculative.grammar import Grammar
+from edgespec.structured.grammar import Grammar
 from edgespec.speculative.stats import GenerationStats
 from edgespec.speculative.verifier import SamplingParams
 from edgespec.text_stream import TextStream
-from edgespec.tools import Tools, with_tools
+from edgespec.structured.tools import Tools, with_tools
 
 Message = dict  # {"role": "user" | "assistant" | "system", "content": str}
 

@@ -19,7 +19,7 @@ from edgespec.errors import EdgespecError
 from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
 from edgespec.speculative.drafter import EMPTY, Drafter
 from edgespec.speculative.engine import Engine
-from edgespec.speculative.grammar import Grammar, GrammarError
+from edgespec.structured.grammar import Grammar, GrammarError
 from edgespec.speculative.verifier import SamplingParams, target_probs, verify_sampling
 from helpers import always_draft
 from test_verifier import CHI2_DF5_999, chi_square
@@ -246,7 +246,7 @@ def smollm2(smollm2_path):
 def structured_prompts(llm):
     """The bench's structured prompts, shipped and held out: (ids, grammar, what to check)."""
     from edgespec.bench.common import encode_prompt, load_prompts, output_format
-    from edgespec.tools import Tools
+    from edgespec.structured.tools import Tools
 
     for row in load_prompts("structured"):
         fmt = output_format(row)
@@ -270,7 +270,7 @@ def test_a_real_model_answers_every_structured_prompt_validly_greedy_and_sampled
     """Every answer is valid. The 135M model may loop (repeat a receipt's items, ramble inside a
     string) until the limit: the grammar closes such an answer there (finish_reason "length"),
     and they are listed here."""
-    from edgespec.tools import Tools
+    from edgespec.structured.tools import Tools
 
     llm = EdgeSpec(smollm2, drafter="auto")
     answers, closed = 0, []
@@ -365,7 +365,7 @@ def test_tool_choice_is_obeyed_and_every_call_names_a_tool_with_valid_arguments(
 
 
 def test_an_answer_with_calls_streams_only_its_text():
-    from edgespec.tools import Tools
+    from edgespec.structured.tools import Tools
 
     tools = Tools([WEATHER])
     text = 'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
@@ -380,7 +380,7 @@ def test_a_tool_result_goes_back_through_the_template_and_the_answer_goes_on(roo
     call = first.tool_calls[0]
     messages = ASK + [{"role": "assistant", "content": None, "tool_calls": first.tool_calls},
                       {"role": "tool", "tool_call_id": call["id"], "content": "sunny, 21C"}]
-    from edgespec.tools import Tools
+    from edgespec.structured.tools import Tools
 
     prompt = llm.apply_chat_template(messages, tools=Tools([WEATHER]))
     assert "sunny, 21C" in prompt and call["function"]["arguments"] in prompt and "get_weather" in prompt
@@ -395,7 +395,7 @@ def test_a_tool_result_goes_back_through_the_template_and_the_answer_goes_on(roo
     ([WEATHER], {"type": "function", "function": "get_weather"}, "tool_choice must be"),
 ])
 def test_tools_that_cannot_be_honoured_are_one_clear_error(tools, choice, says):
-    from edgespec.tools import Tools
+    from edgespec.structured.tools import Tools
 
     with pytest.raises(EdgespecError, match=says):
         Tools(tools, choice)
@@ -404,7 +404,7 @@ def test_tools_that_cannot_be_honoured_are_one_clear_error(tools, choice, says):
 def test_an_earlier_call_that_is_not_a_call_is_one_clear_error(roomy_backend):
     llm = EdgeSpec(roomy_backend)
     messages = ASK + [{"role": "assistant", "content": None, "tool_calls": [{"function": "get_weather"}]}]
-    from edgespec.tools import Tools
+    from edgespec.structured.tools import Tools
 
     with pytest.raises(EdgespecError, match="an earlier tool call must be"):
         llm.chat_ids(messages, Tools([WEATHER]))
@@ -414,7 +414,7 @@ def test_auto_reads_a_call_written_in_a_json_block_and_holds_it_to_the_tools(roo
     """Qwen2.5-Coder often answers "auto" with a JSON block naming a tool: that is a call (as
     llama.cpp's Hermes parser reads it), held to the tool's parameters. Text may come before a
     <tool_call>; a JSON block that names no tool is text."""
-    from edgespec.tools import Tools
+    from edgespec.structured.tools import Tools
 
     tools, tok = Tools([WEATHER, CLOCK]), roomy_backend.tokenizer
 

@@ -69,10 +69,10 @@ class SamplingFields(_Body):
     logit_bias: Optional[dict[str, float]] = None
     frequency_penalty: Optional[float] = None
     presence_penalty: Optional[float] = None
-    tools: Optional[list[Any]] = None  # chat only (tools.py)
+    tools: Optional[list[Any]] = None  # chat only (edgespec/structured/tools.py)
     tool_choice: Union[str, dict[str, Any], None] = None
     parallel_tool_calls: bool = True
-    response_format: Optional[dict[str, Any]] = None  # text, json_object or json_schema (grammar.py)
+    response_format: Optional[dict[str, Any]] = None  # text, json_object or json_schema (edgespec/structured/grammar.py)
 
 
 class ChatRequest(SamplingFields):

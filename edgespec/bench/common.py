@@ -75,7 +75,7 @@ class Run:
 def encode_prompt(row: dict, llm) -> list[int]:
     """A prompt row's token ids: `messages` through the model's chat template (with the row's
     `tools`, if it offers some), `prompt` as plain text."""
-    from edgespec.tools import Tools
+    from edgespec.structured.tools import Tools
 
     if "messages" not in row:
         return llm.tokenize(row["prompt"])

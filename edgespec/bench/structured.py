@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 
-from edgespec.tools import CLOSE, OPEN, Tools
+from edgespec.structured.tools import CLOSE, OPEN, Tools
 
 ANY_OBJECT = {"type": "object"}
 

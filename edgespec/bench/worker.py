@@ -82,7 +82,7 @@ class EdgespecMethod:
 
     def _grammar(self, fmt: dict):
         """The compiled grammar of `fmt`, once per format: compiling is a request's, not decoding's."""
-        from edgespec.tools import Tools
+        from edgespec.structured.tools import Tools
 
         key = json.dumps(fmt, sort_keys=True)
         if key not in self._grammars:

@@ -57,7 +57,7 @@ class Draft:
     tokens: list[int] = field(default_factory=list)
     kind: Kind = Kind("")
     probs: np.ndarray | None = None
-    forced: int = 0  # its first tokens are the only ones a grammar allows (grammar.py): no drafter's
+    forced: int = 0  # its first tokens are the only ones a grammar allows (structured/matcher.py): no drafter's
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -19,7 +19,7 @@ from edgespec.speculative.clock import Clock
 from edgespec.speculative.controller import DraftController
 from edgespec.speculative.cpu_load import OtherLoad
 from edgespec.speculative.drafter import EMPTY, Draft, Drafter, drafter_backends
-from edgespec.speculative.grammar import Constraint, Unconstrained
+from edgespec.speculative.constraint import Constraint
 from edgespec.speculative.hindsight import Hindsight
 from edgespec.speculative.idle import IdleTiming, gate_of
 from edgespec.speculative.learned import Learned
@@ -48,7 +48,7 @@ class Engine:
         self.threads = ThreadFitting(backend, adapt_threads, drafter_backends(drafter), self.learned.threads_changed)
         self.cached: list[int] = []
         self.last_stats = GenerationStats()
-        self.grammar: Unconstrained = Unconstrained()  # the generation's (generate's `constraint`)
+        self.constraint = Constraint()  # the generation's (generate's `constraint`); the base allows all
         self._gate = gate_of(backend)  # one generation at a time per backend, idle timing between them
         timing = idle_timing and self.learned.keep and clock is None
         self._idle_timing = IdleTiming(self._gate, self.controller.cost, self._time_idle_batch,
@@ -100,8 +100,8 @@ class Engine:
         tokens stop the stream and are not yielded. `constraint`: a grammar the answer follows."""
         prompt = checked_request(prompt, max_tokens, self.backend.n_ctx)
         with self._gate.generation():
-            self.grammar = constraint or Unconstrained()
-            self.grammar.begin(max_tokens)
+            self.constraint = constraint or Constraint()
+            self.constraint.begin(max_tokens)
             yield from self._generate(prompt, max_tokens, params or SamplingParams(), cancel)
 
     def _generate(self, prompt: list[int], max_tokens: int, params: SamplingParams,
@@ -148,9 +148,9 @@ class Engine:
         keep = min(common_prefix(self.cached, prompt), len(prompt) - 1)
         b.rollback(keep)
         self.cached = self.cached[:keep]
-        logits = self.grammar.masked([], b.eval(prompt[keep:], n_logits=1), params.greedy)[0]
+        logits = self.constraint.masked([], b.eval(prompt[keep:], n_logits=1), params.greedy)[0]
         self.cached = list(prompt)
-        return self.grammar.commit([sample(logits, params, rng)])
+        return self.constraint.commit([sample(logits, params, rng)])
 
     def _begin_drafter(self, history: list[int], params: SamplingParams, rng: np.random.Generator,
                        st: GenerationStats) -> Hindsight | None:
@@ -169,7 +169,7 @@ class Engine:
         """Yield what the last step produced; returns True when the answer is over."""
         for t in pending:
             if self.backend.tokenizer.is_eog(t):
-                st.finish_reason = "length" if self.grammar.closed else "stop"
+                st.finish_reason = "length" if self.constraint.closed else "stop"
                 return True
             history.append(t)
             st.generated_tokens += 1
@@ -181,11 +181,11 @@ class Engine:
         return False
 
     def _draft(self, history: list[int], k_cap: int, st: GenerationStats, hindsight: Hindsight | None) -> Draft:
-        """The tokens the grammar forces, then the drafter's, as many as the controller expects
-        to pay for themselves; cut at the first the grammar refuses."""
-        forced = self.grammar.forced(k_cap) if self.drafter is not None else []  # plain decoding: a token a step
+        """The tokens the constraint forces, then the drafter's, as many as the controller expects
+        to pay for themselves; cut at the first the constraint refuses."""
+        forced = self.constraint.forced(k_cap) if self.drafter is not None else []  # plain decoding: a token a step
         draft = self._proposed([*history, *forced] if forced else history, k_cap - len(forced), st, hindsight)
-        return draft.after(forced).legal(self.grammar.legal(forced + draft.tokens))
+        return draft.after(forced).legal(self.constraint.legal(forced + draft.tokens))
 
     def _proposed(self, history: list[int], k_cap: int, st: GenerationStats, hindsight: Hindsight | None) -> Draft:
         """The drafter's tokens after `history`, as many as the controller expects to pay."""
@@ -218,14 +218,14 @@ class Engine:
         out = b.eval(batch)
         dt = time.perf_counter() - t0
         st.verify_s += dt
-        scores = self.grammar.masked(draft.tokens, out, params.greedy)
+        scores = self.constraint.masked(draft.tokens, out, params.greedy)
         verdict = verify_greedy(draft.tokens, scores) if params.greedy else \
             verify_sampling(draft.tokens, draft.probs, scores, params, rng)
         n, f = verdict.n_accepted, draft.forced  # forced tokens are certain: n >= f
         if n < k:
             b.rollback(n_before + 1 + n)
         self.cached.extend(batch[: 1 + n])
-        emitted = self.grammar.commit([*draft.tokens[:n], verdict.next_token])
+        emitted = self.constraint.commit([*draft.tokens[:n], verdict.next_token])
         st.record_step(draft.kind, k, n, forced=f)
         if self.drafter is not None:
             charged = dt if self.clock is None else self.clock.seconds(len(batch), n_before)
@@ -239,7 +239,7 @@ class Engine:
              steps_before: dict, params: SamplingParams) -> None:
         """Close the stats; keep what was learned, unless other programs' load distorted it."""
         st.total_s = time.perf_counter() - t_start
-        st.grammar_s, st.closed = self.grammar.seconds, self.grammar.closed
+        st.grammar_s, st.closed = self.constraint.seconds, self.constraint.closed
         st.other_cores = load.cores()
         st.threads = self.backend.n_threads
         steady = st.threads == threads  # timings are kept per thread count: one that changed midway describes neither

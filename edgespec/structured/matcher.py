@@ -1,10 +1,9 @@
-"""Constrained decoding: a grammar decides which tokens the target may choose (llguidance).
-
-The mask applies wherever the target chooses: greedy takes the argmax of the masked logits,
-sampling draws from the masked, renormalized distribution (the mask comes before temperature,
-top-k and top-p, as in vLLM and llama.cpp). A draft is cut at its first token the grammar
-refuses, so nothing illegal is verified or emitted. Where the grammar allows one continuation
-only, its tokens (llguidance's fast-forward tokens) lead the draft at no drafting cost.
+"""A generation under a grammar (llguidance): the mask applies wherever the target chooses,
+greedy taking the argmax of the masked logits and sampling drawing from the masked,
+renormalized distribution (the mask comes before temperature, top-k and top-p, as in vLLM and
+llama.cpp). A draft is cut at its first token the grammar refuses, so nothing illegal is
+verified or emitted. Where the grammar allows one continuation only, its tokens (llguidance's
+fast-forward tokens) lead the draft at no drafting cost.
 
 An answer ends valid within its max_tokens: near the limit, a token after which the answer could
 no longer be closed in the tokens left is replaced by the shortest closing found from where it
@@ -14,7 +13,6 @@ stands (finish_reason "length": the limit ended it, not the model).
 from __future__ import annotations
 
 import functools
-import json
 import string
 import time
 import weakref
@@ -23,21 +21,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from edgespec.errors import EdgespecError
 from edgespec.speculative.backend import Tokenizer
+from edgespec.speculative.constraint import Constraint
+from edgespec.structured.grammar import Grammar, GrammarError
 
-# JSON as the models write it and `json.dumps` prints it; no free whitespace, which a model can
-# repeat until the limit
-JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
-# any JSON object, spelled out so that its numbers are bounded too (bounded)
-ANY_JSON_OBJECT = {"type": "object", "additionalProperties": {"$ref": "#/$defs/value"}, "$defs": {"value": {"anyOf": [
-    {"type": "string"}, {"type": "number"}, {"type": "boolean"}, {"type": "null"},
-    {"type": "array", "items": {"$ref": "#/$defs/value"}},
-    {"type": "object", "additionalProperties": {"$ref": "#/$defs/value"}}]}}}
-# a number has at most 16 digits before its point and 9 after it (llama.cpp's JSON grammars bound
-# them too): a small model sampling digits can otherwise write them until the answer's limit
-NUMBER_BOUND, NUMBER_STEP = 10**16 - 1, 1e-9
-DATA_KEYWORDS = ("enum", "const", "default", "examples")  # values, not schemas: never rewritten
 # The closing walk's choices, first allowed first: what closes (strings, arrays, objects, a
 # number), then the shortest values, then any character.
 CLOSERS = '"]},'
@@ -47,120 +34,6 @@ CLOSING_ORDER += "".join(c for c in string.printable if c not in CLOSING_ORDER)
 # its shortest closing if more; no closing is searched further than that window.
 CLOSING_WINDOW, CLOSING_SEARCH = 64, 1024  # CLOSING_SEARCH: how far the shortest answer is sought
 
-
-class GrammarError(EdgespecError):
-    """A schema or grammar that cannot be compiled, or exceeds the parser's limits."""
-
-
-class Grammar:
-    """A compiled grammar (llguidance's format): what a Constraint follows, one per generation."""
-
-    def __init__(self, text: str, description: str) -> None:
-        self.text, self.description = text, description
-
-    @property
-    def is_json(self) -> bool:
-        """Its answers are JSON values (a schema, or any object)."""
-        return self.description == "JSON schema"
-
-    @classmethod
-    def json_schema(cls, schema: dict | str) -> "Grammar":
-        """Answers that are JSON valid against `schema` (a dict, or its JSON text)."""
-        import llguidance
-
-        if isinstance(schema, str):
-            try:
-                schema = json.loads(schema)
-            except ValueError as e:
-                raise GrammarError(f"the JSON schema is not JSON: {e}") from None
-        if not isinstance(schema, dict):
-            raise GrammarError("a JSON schema is an object")
-        try:
-            text = llguidance.LLMatcher.grammar_from_json_schema(bounded(schema), overrides=JSON_STYLE)
-        except ValueError as e:
-            raise GrammarError(f"the JSON schema cannot be compiled: {e}") from None
-        return cls._checked(text, "JSON schema")
-
-    @classmethod
-    def json_object(cls) -> "Grammar":
-        """Any JSON object (OpenAI's response_format json_object)."""
-        return cls.json_schema(ANY_JSON_OBJECT)
-
-    @classmethod
-    def response_format(cls, fmt: dict | None) -> "Grammar | None":
-        """OpenAI's `response_format`: {"type": "text"} (None: free text), {"type": "json_object"},
-        or {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}}."""
-        kind = None if fmt is None else fmt.get("type") if isinstance(fmt, dict) else fmt
-        if kind in (None, "text"):
-            return None
-        if kind == "json_object":
-            return cls.json_schema(fmt.get("schema") or ANY_JSON_OBJECT)  # a schema here: llama-server's extension
-        if kind == "json_schema":
-            spec = fmt.get("json_schema")
-            if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
-                raise GrammarError("response_format.json_schema must be an object with a `schema` object")
-            return cls.json_schema(spec.get("schema") or ANY_JSON_OBJECT)
-        raise GrammarError(f"response_format type {kind!r} is not one of text, json_object, json_schema")
-
-    @classmethod
-    def lark(cls, text: str) -> "Grammar":
-        """A Lark grammar, llguidance's dialect (start rule `start`)."""
-        import llguidance
-
-        return cls._checked(llguidance.LLMatcher.grammar_from_lark(text), "grammar")
-
-    @classmethod
-    def _checked(cls, text: str, what: str) -> "Grammar":
-        import llguidance
-
-        error = llguidance.LLMatcher.validate_grammar(text)
-        if error:
-            raise GrammarError(f"the {what} cannot be compiled: {error.splitlines()[0][:300]}")
-        return cls(text, what)
-
-    def constraint(self, tokenizer: Tokenizer) -> "Constraint":
-        return Constraint(self, tokenizer)
-
-
-def bounded(schema: Any) -> Any:
-    """The schema with every number lacking a bound given +-NUMBER_BOUND, and every non-integer
-    one lacking a step NUMBER_STEP (what it allows, the schema as given allows too)."""
-    if isinstance(schema, list):
-        return [bounded(x) for x in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: v if k in DATA_KEYWORDS else bounded(v) for k, v in schema.items()}
-    types = out.get("type")
-    if types in ("integer", "number") or isinstance(types, list) and {"integer", "number"} & set(types):
-        if "minimum" not in out and "exclusiveMinimum" not in out:
-            out["minimum"] = -NUMBER_BOUND
-        if "maximum" not in out and "exclusiveMaximum" not in out:
-            out["maximum"] = NUMBER_BOUND
-        if "integer" not in (types if isinstance(types, list) else [types]) and "multipleOf" not in out:
-            out["multipleOf"] = NUMBER_STEP
-    return out
-
-
-class Unconstrained:
-    """Every token allowed: the engine's grammar when none is asked for."""
-
-    seconds = 0.0  # spent computing masks, forced tokens and checks
-    closed = False  # the limit came and the answer is whole (Constraint.closed)
-
-    def begin(self, max_tokens: int) -> None:
-        pass
-
-    def forced(self, k: int) -> list[int]:
-        return []
-
-    def legal(self, tokens: Sequence[int]) -> int:
-        return len(tokens)
-
-    def masked(self, draft: Sequence[int], logits: np.ndarray, argmax_only: bool = False) -> np.ndarray:
-        return logits
-
-    def commit(self, tokens: Sequence[int]) -> list[int]:
-        return list(tokens)
 
 
 def _timed(method: Callable) -> Callable:
@@ -177,7 +50,7 @@ def _timed(method: Callable) -> Callable:
     return timed
 
 
-class Constraint(Unconstrained):
+class GrammarConstraint(Constraint):
     """One generation under a grammar: llguidance's matcher over the target's vocabulary,
     advanced by the tokens emitted."""
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgespec.errors import EdgespecError
-from edgespec.speculative.grammar import JSON_STYLE, Grammar, bounded
+from edgespec.structured.grammar import JSON_STYLE, Grammar, bounded
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.DOTALL)
