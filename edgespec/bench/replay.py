@@ -12,8 +12,8 @@ is the method's alone (timing noise excluded too). It is the `oracle:lookup` bou
 counterpart: the same text and costs, with the real controller instead of one that
 knows each proposal's fate.
 
-Only drafters whose drafts do not read the target's logits replay exactly: the
-backend has no logits beyond each position's greedy token (Token Recycling learns
+Only drafters whose drafts do not read the target's logits replay exactly (`DrafterSpec.text_only`):
+the backend has no logits beyond each position's greedy token (Token Recycling learns
 from the runners-up, and model drafters have costs of their own).
 """
 
@@ -27,8 +27,6 @@ from edgespec.api import EdgeSpec
 from edgespec.errors import EdgespecError
 from edgespec.speculative.backend import Backend, Tokenizer
 from edgespec.speculative.clock import Clock
-
-REPLAYABLE = ("lookup", "ngram")  # drafters that see only the text
 
 
 class ReplayBackend(Backend, Clock):

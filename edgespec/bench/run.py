@@ -29,7 +29,7 @@ from edgespec.bench.hf_assisted import hf_methods
 from edgespec.bench.hybrid_compare import INTERVAL, against_best_member, against_best_peer, against_plain, verdict
 from edgespec.bench.llama_server import NAME, decode_timing
 from edgespec.bench.oracle import lookup_oracle_time
-from edgespec.bench.replay import REPLAYABLE, priced, replay
+from edgespec.bench.replay import priced, replay
 from edgespec.bench.structured import gbnf
 from edgespec.bench.worker import MethodSpec, Worker
 from edgespec.drafters import PLAIN as NO_DRAFTER, DrafterSpec, check_drafter
@@ -539,7 +539,7 @@ def _replays(drafters: list[str], encoded: list[tuple[str, list[int]]], runs: di
     plain = {cat: iter(runs[(PLAIN, cat)]) for cat in dict.fromkeys(c for c, _ in encoded)}
     recorded = [(cat, ids, next(plain[cat]).tokens) for cat, ids in encoded]  # runs[...] is in prompt order
     return {d: replay(host.tokenizer, recorded, d, costs, max_draft, seed, draft_min)
-            for d in drafters if d in REPLAYABLE}
+            for d in drafters if DrafterSpec.parse(d).text_only}
 
 
 def _replay_row(drafter: str, cat: str, plain_tps: float, plain_time: float, replay_time: float, drafted: int,

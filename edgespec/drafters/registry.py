@@ -29,10 +29,12 @@ def no_tables(n_vocab: int, n_ctx: int) -> int:
 @dataclass(frozen=True)
 class Registered:
     """A model-free drafter: how it is made from the target's vocabulary size and context,
-    and the most its tables hold at those (what the memory planner charges it)."""
+    the most its tables hold at those (what the memory planner charges it), and whether it
+    reads only the text (not the target's logits: the bench can then replay it exactly)."""
 
     make: Callable[[int, int], Drafter]
     table_bytes: Callable[[int, int], int] = no_tables
+    text_only: bool = True
 
 
 # a new drafter is a file of its own and a line here (docs/usage.md, "Writing a drafter")
@@ -42,7 +44,7 @@ REGISTRY: dict[str, Registered] = {
     "ngram": Registered(lambda n_vocab, n_ctx: NGramCacheDrafter(max_bytes=NGRAM_BYTES_PER_TOKEN * n_ctx),
                         lambda n_vocab, n_ctx: NGRAM_BYTES_PER_TOKEN * n_ctx),
     "recycle": Registered(lambda n_vocab, n_ctx: TokenRecyclingDrafter(n_vocab),
-                          lambda n_vocab, n_ctx: RECYCLE_BYTES_PER_ENTRY * n_vocab),
+                          lambda n_vocab, n_ctx: RECYCLE_BYTES_PER_ENTRY * n_vocab, text_only=False),
 }
 AUTO_MEMBERS = ("lookup", "ngram", "recycle")  # what auto mixes
 
@@ -90,6 +92,11 @@ class DrafterSpec:
         """What a mixed drafter chooses among, each a drafter of its own ([] for a single one)."""
         alone = self.with_model(self.model, self.trim).name.removeprefix(HYBRID) if self.model else None
         return [*self.free, *([alone] if alone else [])] if self.mixed else []
+
+    @property
+    def text_only(self) -> bool:
+        """It drafts from the text alone: no model, no member that reads the target's logits."""
+        return bool(self.free) and not self.uses_model and all(REGISTRY[m].text_only for m in self.free)
 
     def table_bytes(self, n_vocab: int, n_ctx: int) -> int:
         """Its model-free members' tables at their bounds (a full context of history)."""
