@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping
 
-from edgespec.drafters import AUTO, DrafterSpec, check_drafter
+from edgespec.drafters import AUTO, PLAIN, DrafterSpec, check_drafter
 from edgespec.errors import ModelError
 from edgespec.export.gguf_trim import cached_trim
 from edgespec.memory.driver_memory import measured
