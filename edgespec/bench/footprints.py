@@ -31,7 +31,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     drafters = args.drafters.split(",")
-    models = {d: DrafterSpec.parse(d).model for d in drafters if DrafterSpec.parse(d).uses_model}
+    models = {s.name: s.model for s in map(DrafterSpec.parse, drafters) if s.uses_model}
     size = {m: model_file(resolve(m)).stat().st_size for m in [*args.targets, *models.values()]}
     rows = []
     for target in args.targets:

@@ -152,8 +152,7 @@ def _run_bench(
     if any(formats) and HF in peers:
         raise EdgespecError("--peers hf cannot hold answers to a schema or tools: leave it out for structured prompts")
     peer = LCP in peers
-    models = {_label(DrafterSpec.parse(d).model): d for d in drafters
-              if DrafterSpec.parse(d).uses_model}  # their label: a drafter
+    models = {_label(s.model): s.name for s in map(DrafterSpec.parse, drafters) if s.uses_model}  # label: drafter
     threads = threads or default_threads()
     path = resolve(model)
     servers = servers if servers is not None else []
