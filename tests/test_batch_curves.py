@@ -11,7 +11,8 @@ from rich.console import Console
 
 from edgespec.bench.common import Run
 from edgespec.bench.curves import BatchCurves
-from edgespec.bench.run import _interleave, balanced_orders
+from edgespec.bench.interleave import balanced_orders, interleave
+from edgespec.bench.methods import edgespec_method
 from edgespec.speculative.verifier import SamplingParams
 
 
@@ -62,8 +63,8 @@ def test_the_curves_are_timed_after_each_categorys_last_prompt_wherever_its_prom
         return Run([1, 2], 0.1)
 
     prompts = [("code", [1]), ("chat", [2]), ("code", [3]), ("summarize", [4]), ("chat", [5])]
-    _interleave({"plain": method}, prompts, [None] * len(prompts), 2, SamplingParams(), Console(file=io.StringIO()),
-                lambda: seen.append("timed"))
+    interleave({"plain": edgespec_method("plain", method)}, prompts, [None] * len(prompts), 2, SamplingParams(),
+               Console(file=io.StringIO()), lambda: seen.append("timed"))
     assert seen == ["1", "2", "3", "timed", "4", "timed", "5", "timed"]
 
 
@@ -86,9 +87,9 @@ def test_the_bench_runs_each_prompts_methods_in_the_next_balanced_order():
             return Run([1, 2], 0.1)
         return run
 
-    methods = {name: method(name) for name in ("plain", "lookup", "auto", "peer")}
-    _interleave(methods, [("code", [i]) for i in range(5)], [None] * 5, 2, SamplingParams(),
-                Console(file=io.StringIO()), lambda: None)
+    methods = {name: edgespec_method(name, method(name)) for name in ("plain", "lookup", "auto", "peer")}
+    interleave(methods, [("code", [i]) for i in range(5)], [None] * 5, 2, SamplingParams(),
+               Console(file=io.StringIO()), lambda: None)
     assert [seen[k:k + 4] for k in range(0, 20, 4)] == [
         ["plain", "lookup", "peer", "auto"],
         ["lookup", "auto", "plain", "peer"],

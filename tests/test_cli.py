@@ -169,8 +169,9 @@ def test_bench_runs_every_method_in_a_process_of_its_own_and_peers_against_their
         return w
 
     monkeypatch.setattr(run, "Worker", recording_worker)
-    rows = run.run_bench(str(smollm2_path), load_prompts("shipped", 1), ["lookup", "auto"], 16, 2048, 2, 8,
-                         Console(stderr=True))
+    cfg = run.BenchConfig(str(smollm2_path), load_prompts("shipped", 1), ["lookup", "auto"], max_tokens=16, ctx=2048,
+                          threads=2, max_draft=8)
+    rows = run.run_bench(cfg, Console(stderr=True))
     assert sorted(w.label for w in started) == ["auto", "llama-cpp-python", "llama-cpp-python-lookup", "lookup", "plain"]
     assert len({w.pid for w in started}) == 5
     assert not any(w._proc.is_alive() for w in started)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from typing import Iterable, Sequence
 from rich.console import Console
 
 from edgespec.errors import EdgespecError
+from edgespec.speculative.cpu_load import OtherLoad, contends
 
 LCP = "llama-cpp-python"  # the default peer: its own generation, plain and with its prompt lookup
 
@@ -106,3 +108,17 @@ def print_wide(console: Console, table, width: int) -> None:
     """Print a table at least `width` columns wide: piped output is 80 columns, too narrow
     for the bench's and profile's tables."""
     Console(file=console.file, width=max(console.width, width), force_terminal=console.is_terminal).print(table)
+
+
+def report_load(load: OtherLoad, threads: int, console: Console) -> float | None:
+    """Says how busy other processes kept the cores while the methods were timed: with
+    llama.cpp's threads waiting on them, the timings would describe that load."""
+    cores = load.cores()
+    if contends(cores, threads):
+        console.print(f"[yellow]warning: other processes kept {cores:.2f} cores busy while the methods were timed, "
+                      f"and the bench's {threads} threads wanted {threads} of {os.cpu_count()} cores: these timings "
+                      "describe that load. Run the bench on an otherwise idle machine.[/]", highlight=False)
+    elif cores is not None:
+        console.print(f"[dim]other processes kept {cores:.2f} cores busy while the methods were timed[/]",
+                      highlight=False)
+    return cores

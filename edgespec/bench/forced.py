@@ -7,7 +7,7 @@ acceptance by position and its cost per step; from those and the batch-cost curv
 the same run, the speed-up the drafter gives at that length (`projected`: counted tokens
 priced by the curve, so prompt-to-prompt timing noise stays out; the curve's own stays in).
 Rows are named `forced<k>:<drafter>`, so no table can pass them off as a
-drafter's own.
+drafter's own; each gains its `summary` (rows.annotate).
 """
 
 from __future__ import annotations
@@ -68,15 +68,6 @@ def summary(runs: Sequence[Run], curve: dict[int, float] | None) -> dict:
         price = _interpolated(curve, 1 + drafted / steps) + model_s / steps
         out["projected_x_plain"] = round((steps + accepted) / steps * curve[1] / price, 3)
     return out
-
-
-def annotate(rows: list[dict], runs: dict, curve: dict[int, float] | None) -> None:
-    """Each forced row gains its `forced` summary (see `summary`)."""
-    for r in rows:
-        if r["drafter"].startswith(PREFIX):
-            mine = [x for (n, c), lst in runs.items() for x in lst
-                    if n == r["drafter"] and (r["category"] == "all" or c == r["category"])]
-            r["forced"] = summary(mine, curve)
 
 
 COLUMNS = ("category", "row", "x plain", "projected", "accepted by position", "drafted/step", "tokens/step",

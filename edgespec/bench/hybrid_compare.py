@@ -26,7 +26,11 @@ from __future__ import annotations
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
+from rich.console import Console
+from rich.table import Table
 
+from edgespec.bench.common import print_wide
+from edgespec.bench.llama_server import NAME
 from edgespec.drafters import DrafterSpec
 
 RESAMPLES = 4000
@@ -147,3 +151,38 @@ def verdict(c: dict) -> str:
     if hi < 1.0:
         return "slower in this run"
     return "no difference measured"
+
+
+def print_against_peers(rows: list[dict], console: Console) -> None:
+    """Each edgespec method's speed-up against the best llama-server type's, with the
+    precision this run allows (against_best_peer)."""
+    compared = [r for r in rows if "against_best_peer" in r]
+    if not compared:
+        return
+    t = Table("category", "method", "best type", "its x plain", "x best peer", f"{INTERVAL:.0%} interval", "prompts",
+              "measured", title="speed-up against the best llama-server --spec-type's, each over its own plain "
+              "(paired by prompt, resampled)")
+    peer_ratio = {(r["drafter"], r["category"]): r["ratio_to_plain"] for r in rows}
+    for r in compared:
+        c = r["against_best_peer"]
+        t.add_row(r["category"], r["drafter"], c["best_peer"].removeprefix(NAME + ":"),
+                  f"{peer_ratio[(c['best_peer'], r['category'])]:.3f}", *_measured_cells(c))
+    print_wide(console, t, 120)
+
+
+def print_hybrids(rows: list[dict], console: Console) -> None:
+    """Each hybrid against the best single drafter it mixes, with the precision this run allows."""
+    compared = [r for r in rows if "against_best_member" in r]
+    if not compared:
+        return
+    t = Table("category", "hybrid", "best member", "x best member", f"{INTERVAL:.0%} interval", "prompts", "measured",
+              title="hybrids against the best single drafter they mix (paired by prompt, resampled)")
+    for r in compared:
+        c = r["against_best_member"]
+        t.add_row(r["category"], r["drafter"], c["best_member"], *_measured_cells(c))
+    print_wide(console, t, 120)
+
+
+def _measured_cells(c: dict) -> list[str]:
+    """A paired comparison's ratio, its interval, its prompts and what it shows."""
+    return [f"{c['ratio']:.3f}", "{:.3f}-{:.3f}".format(*c["interval"]), str(c["prompts"]), verdict(c)]

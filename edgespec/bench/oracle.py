@@ -13,7 +13,7 @@ batches can get there).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -39,3 +39,18 @@ def lookup_oracle_time(prompt: Sequence[int], output: Sequence[int], costs: np.n
         t += costs[k + 1]
         hist.extend(rest[: k + 1])
     return t
+
+
+def oracle_times(encoded: Sequence[tuple[str, list[int]]], plain_runs: Mapping[str, Sequence],
+                 costs: Sequence[float]) -> dict[str, list[float]]:
+    """[plain, oracle] seconds per category (and "all") of a bench: each prompt's plain output
+    (`plain_runs` by category, in prompt order) replayed once at `costs`."""
+    oracle: dict[str, list[float]] = {}
+    for cat, runs in plain_runs.items():
+        ids_of = [ids for c, ids in encoded if c == cat]
+        t = oracle.setdefault(cat, [0.0, 0.0])
+        for ids, r in zip(ids_of, runs):
+            t[0] += max(len(r.tokens) - 1, 0) * costs[1]
+            t[1] += lookup_oracle_time(ids, r.tokens, costs)
+    oracle["all"] = [sum(t[0] for t in oracle.values()), sum(t[1] for t in oracle.values())]
+    return oracle

@@ -75,7 +75,8 @@ def bench(
     from edgespec.bench.forced import parse_lengths
     from edgespec.bench.fpga import print_fpga_rows, run_fpga_bench
     from edgespec.bench.record import markdown as tables, record
-    from edgespec.bench.run import print_rows, run_bench
+    from edgespec.bench.rows import print_rows
+    from edgespec.bench.run import BenchConfig, run_bench
     from edgespec.bench.simulated import print_projection, run_projection
     from edgespec.runtimes.gpu.devices import DEVICES
     from edgespec.speculative import calibration
@@ -114,10 +115,11 @@ def bench(
     if bad or not devices or devices[0] != "cpu" and len(devices) > 1:
         fail(f"--device takes cpu, or cpu followed by others (cpu,gpu): got {device!r}")
     with calibration.temporary_store() if fresh else nullcontext():
-        rows = run_bench(model, load_prompts(prompts, limit, categories), names, max_tokens, ctx, threads, max_draft, err,
-                         onnx=onnx, devices=devices, draft_min=draft_min,
-                         params=SamplingParams(temperature=temperature, seed=seed), peers=peer_names,
-                         forced=parse_lengths(forced))
+        cfg = BenchConfig(model, load_prompts(prompts, limit, categories), names, max_tokens, ctx, threads, max_draft,
+                          onnx=onnx, devices=devices, draft_min=draft_min,
+                          params=SamplingParams(temperature=temperature, seed=seed), peers=peer_names,
+                          forced=parse_lengths(forced))
+        rows = run_bench(cfg, err)
     print_rows(rows, out)
     if json_path:
         json_path.write_text(json.dumps(record(rows, model), indent=2))
