@@ -260,6 +260,20 @@ def other_program_lines(rec: dict) -> list[str]:
                       f"loaded model, each row the median of {rec['rounds']} rounds."]
 
 
+ONE_TOKEN = "one token"  # a record of `python3 -m edgespec.bench.one_token`
+
+
+def one_token_lines(rec: dict) -> list[str]:
+    """Per build: its median ms per token, and its mean time against llama-server's in the same rounds."""
+    out = ["| decoding | ms per token (median) | time against llama-server's | 90% interval |", "|---|---:|---:|---:|"]
+    for r in rec["rows"]:
+        out.append(f"| {r['build']} | {r['ms_per_token']:.2f} | {r['against_server']:.3f} | "
+                   f"{r['interval'][0]:.3f}-{r['interval'][1]:.3f} |")
+    rounds = rec["rows"][0]["rounds"]
+    return out + ["", f"{rec['max_tokens']} greedy tokens after a {rec['prompt_tokens']}-token prompt, "
+                      f"{rec['threads']} threads; each of {rounds} rounds runs every row once, in a random order."]
+
+
 PROFILE = "profile"  # a record of `edgespec profile --json` (one run, no sweep)
 
 
@@ -289,7 +303,8 @@ def matmul_nbits_lines(rec: dict) -> list[str]:
 KINDS = {EXPORTS: lambda rec: VALIDATION_HEADER + [validation_line(r) for r in rec["rows"]],
          SERVER: _server, SWEEP: _sweep, FOOTPRINTS: lambda rec: footprint_lines(rec["rows"]),
          ABLATIONS: ablation_lines, BATCH_CURVES: batch_curve_lines, OTHER_PROGRAMS: other_program_lines,
-         MATMUL_NBITS: matmul_nbits_lines, PROFILE: profile_lines}
+         MATMUL_NBITS: matmul_nbits_lines, PROFILE: profile_lines,
+         ONE_TOKEN: one_token_lines}
 
 
 def emit(rec: dict, path: Path | None) -> int:
