@@ -16,7 +16,7 @@ except PackageNotFoundError:  # running from a source tree
     __version__ = "0.0.0"
 
 _HOME = {
-    "EdgeSpec": "edgespec.api", "Completion": "edgespec.api", "Stream": "edgespec.api",
+    "EdgeSpec": "edgespec.api", "Completion": "edgespec.completion", "Stream": "edgespec.completion",
     "Draft": "edgespec.drafters", "Drafter": "edgespec.drafters", "make_drafter": "edgespec.drafters",
     "EdgespecError": "edgespec.errors", "ModelError": "edgespec.errors",
     "ContextOverflowError": "edgespec.errors", "DrafterError": "edgespec.errors",
@@ -41,7 +41,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from edgespec.api import Completion, EdgeSpec, Stream
+    from edgespec.api import EdgeSpec
+    from edgespec.completion import Completion, Stream
     from edgespec.drafters import Draft, Drafter, make_drafter
     from edgespec.errors import ContextOverflowError, DrafterError, EdgespecError, ModelError
     from edgespec.speculative.backend import Backend, Tokenizer

@@ -9,12 +9,11 @@
 
 from __future__ import annotations
 
-import json
 import threading
-from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 from edgespec.chat_template import ChatTemplate
+from edgespec.completion import Completion, Stream
 from edgespec.drafters import make_drafter
 from edgespec.errors import ContextOverflowError, EdgespecError
 from edgespec.memory.footprint import peak_rss, process_rss
@@ -34,59 +33,6 @@ from edgespec.text_stream import TextStream
 from edgespec.structured.tools import Tools, with_tools
 
 Message = dict  # {"role": "user" | "assistant" | "system", "content": str}
-
-
-@dataclass
-class Completion:
-    text: str
-    prompt_ids: list[int]
-    token_ids: list[int]
-    finish_reason: str
-    stats: GenerationStats
-    structured: bool = False  # held to JSON (json_schema, response_format)
-    tool_calls: list[dict] = field(default_factory=list)  # OpenAI's, when tools were offered and called
-
-    @property
-    def parsed(self) -> Any:
-        """The answer's JSON value, when JSON was asked for and the answer ran to its end or the
-        limit came and the grammar closed it; else None."""
-        if not self.structured or not (self.finish_reason == "stop" or self.stats.closed):
-            return None
-        return json.loads(self.text)
-
-    def to_dict(self) -> dict:
-        return {
-            "text": self.text,
-            "prompt_ids": self.prompt_ids,
-            "token_ids": self.token_ids,
-            "finish_reason": self.finish_reason,
-            "tool_calls": self.tool_calls,
-            "stats": self.stats.to_dict(),
-        }
-
-
-@dataclass
-class Stream:
-    """An iterator of text pieces, each made of whole UTF-8 characters.
-
-    `cancel()` may be called from any thread; the generation stops after the
-    current step. After iteration, `completion` holds the full result.
-    """
-
-    _pieces: Iterator[str]
-    _cancel: threading.Event
-    prompt_ids: list[int]
-    token_ids: list[int] = field(default_factory=list)
-    completion: Completion | None = None
-
-    def __iter__(self) -> Iterator[str]:
-        return self._pieces
-
-    def __next__(self) -> str:
-        return next(self._pieces)
-
-    def cancel(self) -> None:
-        self._cancel.set()
 
 
 class EdgeSpec:
