@@ -38,8 +38,13 @@ class Totals(NamedTuple):
         return self.tokens / self.seconds if self.seconds else 0.0
 
 
+def _runs_of(runs: dict, name: str, cat: str) -> list:
+    """A method's runs in one category, or in all ("all")."""
+    return [x for (n, c), lst in runs.items() for x in lst if n == name and (cat == "all" or c == cat)]
+
+
 def totals(runs: dict, name: str, cat: str) -> Totals:
-    rs = [r for (n, c), lst in runs.items() for r in lst if n == name and (cat == "all" or c == cat)]
+    rs = _runs_of(runs, name, cat)
     pos: list[list[int]] = []
     keys: dict[str, list[int]] = {}
     for r in rs:
@@ -201,10 +206,6 @@ def annotate(rows: list[Row], runs: dict, methods: Mapping[str, Method], cats: l
             r.batch_cost_timings = timings
         if r.method.forced:
             r.forced = forced_rows.summary(_runs_of(runs, name, cat), curves.get(r.method.runtime))
-
-
-def _runs_of(runs: dict, name: str, cat: str) -> list:
-    return [x for (n, c), lst in runs.items() for x in lst if n == name and (cat == "all" or c == cat)]
 
 
 def print_rows(rows: list[dict], console: Console) -> None:
