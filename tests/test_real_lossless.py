@@ -32,6 +32,7 @@ from helpers import always_draft
 from edgespec.drafters import make_drafter
 from edgespec.runtimes.llamacpp import LlamaCppBackend
 from edgespec.speculative.engine import Engine
+from edgespec.speculative.idle import gate_of
 from prompts import PROMPTS
 
 pytestmark = pytest.mark.real_model
@@ -90,14 +91,15 @@ def rescore_gaps(backend, prompt, common, a, b):
         top2 = set(np.argsort(-logits)[:2].tolist())
         return abs(float(logits[a]) - float(logits[b])), {a, b} == top2
 
-    backend.rollback(0)
-    logits = backend.eval(prompt, n_logits=1)[0]
-    for t in common:
-        logits = backend.eval([t])[0]
-    sequential, top2_seq = gap_and_top2(np.array(logits))
-    backend.rollback(0)
-    one_batch, top2_one = gap_and_top2(np.array(backend.eval(prompt + common, n_logits=1)[0]))
-    backend.rollback(0)
+    with gate_of(backend).generation():  # as a generation holds it: an engine on it may time batches while idle
+        backend.rollback(0)
+        logits = backend.eval(prompt, n_logits=1)[0]
+        for t in common:
+            logits = backend.eval([t])[0]
+        sequential, top2_seq = gap_and_top2(np.array(logits))
+        backend.rollback(0)
+        one_batch, top2_one = gap_and_top2(np.array(backend.eval(prompt + common, n_logits=1)[0]))
+        backend.rollback(0)
     return sequential, one_batch, top2_seq and top2_one
 
 

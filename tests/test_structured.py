@@ -19,6 +19,7 @@ from edgespec.errors import EdgespecError
 from edgespec.runtimes.reference import ReferenceBackend, ReferenceModel
 from edgespec.speculative.drafter import EMPTY, Drafter
 from edgespec.speculative.engine import Engine
+from edgespec.speculative.idle import gate_of
 from edgespec.structured.grammar import Grammar, GrammarError
 from edgespec.speculative.verifier import SamplingParams, target_probs, verify_sampling
 from helpers import always_draft
@@ -49,17 +50,20 @@ def model():
 
 
 def one_token_at_a_time(backend, grammar, prompt, n):
-    """Constrained greedy decoding by the book: evaluate one token, mask, take the argmax; the
-    constraint closes the answer where the limit would cut it."""
+    """Constrained greedy decoding by the book, from an empty cache: evaluate one token, mask,
+    take the argmax; the constraint closes the answer where the limit would cut it. It holds the
+    backend as a generation does: an engine on it may be timing batches while idle."""
     constraint, out = grammar.constraint(backend.tokenizer), []
     constraint.begin(n)
-    logits = backend.eval(prompt, n_logits=1)
-    while len(out) < n:
-        for token in constraint.commit([int(np.argmax(constraint.masked([], logits)[0]))]):
-            if backend.tokenizer.is_eog(token):
-                return out
-            out.append(token)
-        logits = backend.eval(out[-1:])
+    with gate_of(backend).generation():
+        backend.rollback(0)
+        logits = backend.eval(prompt, n_logits=1)
+        while len(out) < n:
+            for token in constraint.commit([int(np.argmax(constraint.masked([], logits)[0]))]):
+                if backend.tokenizer.is_eog(token):
+                    return out
+                out.append(token)
+            logits = backend.eval(out[-1:])
     return out
 
 
@@ -301,7 +305,6 @@ def test_on_a_real_model_constrained_speculation_matches_one_token_at_a_time_up_
     identical, gaps, forced, n = 0, [], 0, 0
     for ids, grammar, row in structured_prompts(llm):
         n += 1
-        smollm2.rollback(0)
         expected = one_token_at_a_time(smollm2, grammar, ids, 200)
         engine.reset()
         out = list(engine.generate(ids, 200, constraint=grammar.constraint(smollm2.tokenizer)))
@@ -372,6 +375,19 @@ def test_an_answer_with_calls_streams_only_its_text():
     assert tools.shown(text[:12]) == 12 and tools.shown(text[:18]) == len("Let me look.\n")  # "<tool" held back
     content, calls = tools.split(text)
     assert content == "Let me look.\n" and json.loads(calls[0]["function"]["arguments"]) == {"city": "Oslo"}
+
+
+def test_a_call_whose_argument_holds_the_closing_tag_is_read_whole():
+    """An argument is any JSON string: a call's end is where its JSON ends, not the next tag."""
+    from edgespec.structured.tools import Tools
+
+    email = {"type": "function", "function": {"name": "send_email", "parameters": {
+        "type": "object", "properties": {"body": {"type": "string"}}}}}
+    body = "See you at 5!</tool_call> <tool_call>{not a call}"
+    text = ('<tool_call>\n{"name": "send_email", "arguments": {"body": ' + json.dumps(body) + '}}\n</tool_call>\n'
+            '<tool_call>\n{"name": "send_email", "arguments": {}}\n</tool_call>')
+    content, calls = Tools([email]).split(text)
+    assert content is None and [json.loads(c["function"]["arguments"]) for c in calls] == [{"body": body}, {}]
 
 
 def test_a_tool_result_goes_back_through_the_template_and_the_answer_goes_on(roomy_backend):

@@ -20,7 +20,7 @@ from edgespec.errors import EdgespecError
 from edgespec.structured.grammar import JSON_STYLE, Grammar, bounded
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
-CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.DOTALL)
+SPACE = re.compile(r"\s*")
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names
 MAX_TOOLS = 128
 # text that never opens a call: what "auto" answers with before its calls, if any
@@ -125,12 +125,12 @@ class Tools:
         """The answer's text before its first call (None when empty), and its calls as OpenAI's
         tool_calls, arguments as JSON text."""
         if self._fenced(text):
-            return None, [_call(text[len(FENCE):-len(FENCE_END)])]
+            return None, [_as_openai(json.loads(text[len(FENCE):-len(FENCE_END)]))]
         start = text.find(OPEN)
         if start < 0:
             return text, []
         content = text[:start]
-        return content if content.strip() else None, [_call(body) for body in CALL.findall(text[start:])]
+        return content if content.strip() else None, _calls(text, start)
 
     def shown(self, text: str) -> int:
         """How much of an answer so far may stream as text: up to its first call, or to where a
@@ -156,9 +156,18 @@ class Tools:
         squeezed = re.sub(WS, "", text[len(FENCE):len(FENCE) + 200])
         return any(f'{{"name":"{name}"'.startswith(squeezed) for name in self.callable)
 
-def _call(body: str) -> dict:
-    """OpenAI's tool call of one call's JSON text (arguments as JSON text)."""
-    call = json.loads(body)
+def _calls(text: str, at: int) -> list[dict]:
+    """The calls from `at` on. Each call's JSON is read as JSON, not up to the next closing tag:
+    a string in it (an email's body, say) may hold that tag."""
+    calls, decoder = [], json.JSONDecoder()
+    while (at := text.find(OPEN, at)) >= 0:
+        call, at = decoder.raw_decode(text, SPACE.match(text, at + len(OPEN)).end())
+        calls.append(_as_openai(call))
+    return calls
+
+
+def _as_openai(call: dict) -> dict:
+    """OpenAI's tool call of one call's JSON (arguments as JSON text)."""
     return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
             "function": {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}
 
