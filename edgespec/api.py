@@ -14,11 +14,12 @@ from typing import Any, Iterator, Sequence
 
 from edgespec.chat_template import ChatTemplate
 from edgespec.completion import Completion, Stream
-from edgespec.drafters import make_drafter
+from edgespec.drafters import AUTO, make_drafter
 from edgespec.errors import ContextOverflowError, EdgespecError
 from edgespec.memory.footprint import peak_rss, process_rss
 from edgespec.memory.make_plan import make_plan
-from edgespec.memory.planner import Plan, named_drafters
+from edgespec.memory.drafter_choice import named_drafters
+from edgespec.memory.plan import Plan
 from edgespec.models.store import resolve
 from edgespec.runtimes import open_backend
 from edgespec.speculative.backend import Backend
@@ -67,7 +68,7 @@ class EdgeSpec:
     def __init__(
         self,
         model: str | Backend = "qwen2.5-coder-1.5b",
-        drafter: str = "auto",
+        drafter: str = AUTO,
         n_ctx: int = 4096,
         threads: int | None = None,
         max_draft: int = 16,

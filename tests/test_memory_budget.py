@@ -62,7 +62,7 @@ def test_a_budget_below_the_minimum_is_one_clear_line(smollm2_path):
 API_EXAMPLE = """
 import json, sys
 from edgespec import EdgeSpec
-from edgespec.memory.planner import BudgetError
+from edgespec.memory.plan import BudgetError
 with EdgeSpec(sys.argv[1], drafter="auto", memory_budget="400MB", quiet=True) as llm:
     llm.generate("def add(a, b):", max_tokens=16)
     out = {"plan": llm.plan.to_dict(), "n_ctx": llm.backend.n_ctx, "footprint": llm.footprint()}
@@ -131,7 +131,7 @@ def test_a_drafter_that_fits_only_trimmed_is_trimmed_once_and_drafts_losslessly(
     from edgespec.api import EdgeSpec
     from edgespec.drafters import make_drafter
     from edgespec.memory.make_plan import make_plan
-    from edgespec.memory.planner import TRIM_KS
+    from edgespec.memory.drafter_choice import TRIM_KS
     from edgespec.speculative.engine import Engine
     from prompts import PROMPTS
     from test_real_lossless import assert_lossless_up_to_near_ties

@@ -7,7 +7,8 @@ import pytest
 
 from edgespec.drafters import REGISTRY
 from edgespec.memory.footprint import ModelConfig, model_bytes, parse_bytes, predict
-from edgespec.memory.planner import HEADROOM, BudgetError, GpuMemory, PlanRequest, plain_footprint, plan
+from edgespec.memory.plan import BudgetError, GpuMemory, PlanRequest
+from edgespec.memory.planner import HEADROOM, plain_footprint, plan
 from edgespec.models.facts import ModelFacts
 from edgespec.speculative.drafter import Kind
 from helpers import register_the_docs_drafter
@@ -94,7 +95,7 @@ DRAFTERS = {"qwen05": QWEN05, "qwen05-trim16k": QWEN05_TRIM}
 
 
 def test_among_several_drafters_the_plan_takes_the_fastest_predicted_and_says_why():
-    from edgespec.memory.planner import predicted_speedup
+    from edgespec.memory.drafter_choice import predicted_speedup
 
     speed = {d: predicted_speedup(d, 16, QWEN15, f) for d, f in DRAFTERS.items()}
     assert speed["qwen05-trim16k"] > speed["qwen05"]  # 30% fewer bytes per draft token for 3% of acceptance
@@ -137,7 +138,7 @@ def test_a_drafter_added_as_the_docs_say_is_planned_model_free_and_charged_its_o
 
 
 def test_a_drafter_list_names_each_once_and_falls_back_after_all_of_them():
-    from edgespec.memory.planner import drafter_candidates
+    from edgespec.memory.drafter_choice import drafter_candidates
 
     assert drafter_candidates("qwen05, qwen05-trim16k,qwen05") == [("qwen05", 0), ("qwen05-trim16k", 0),
                                                                      ("auto", 1), ("none", 2)]
@@ -269,7 +270,7 @@ def test_a_device_profile_is_planned_with_its_gpu_memory_and_priced_by_its_roofl
 
 
 def test_measured_drafter_steps_replace_the_weight_size_prior():
-    from edgespec.memory.planner import predicted_speedup
+    from edgespec.memory.drafter_choice import predicted_speedup
 
     # an earlier VocabTrim run (a busier machine than the README's table): the trimmed step 21% cheaper (its weights say 30%), and a
     # 2-token verification 1.8x one token (4 tokens 2.8x, the low end measured; +0.5 a token after): no 0.5B
@@ -327,7 +328,7 @@ def test_a_pairs_measured_acceptance_replaces_the_prior(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     from edgespec.memory.make_plan import measured_acceptance
-    from edgespec.memory.planner import predicted_speedup
+    from edgespec.memory.drafter_choice import predicted_speedup
     from edgespec.speculative import calibration
 
     monkeypatch.setattr(calibration, "_dir", lambda: tmp_path / "calibration")
@@ -366,7 +367,7 @@ def test_a_pairs_measured_acceptance_replaces_the_prior(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_a_drafter_that_fits_only_trimmed_is_planned_trimmed_with_the_most_tokens_that_fit():
-    from edgespec.memory.planner import TRIM_KS, trim_candidates
+    from edgespec.memory.drafter_choice import TRIM_KS, trim_candidates
 
     q05 = replace(QWEN05, embd_bytes=111_000_000)  # its tied embedding and LM head, Q6_K
     trims = trim_candidates(QWEN15, {"qwen05": q05, "smollm2": SMOL})  # SmolLM2's vocabulary is another

@@ -59,7 +59,7 @@ def peer_method(name: str, plain: str, run: Callable[..., Run], peer: str) -> Me
     return Method(name, plain, run, peer=peer)
 
 
-def priced(name: str) -> Method:
+def priced_method(name: str) -> Method:
     """A row priced at the run's batch costs, not timed (the oracle, a replay)."""
     return Method(name, PLAIN)
 

@@ -28,7 +28,7 @@ from edgespec.bench.hybrid_compare import INTERVAL, RESAMPLES
 from edgespec.bench.record import ONE_TOKEN, emit, record
 from edgespec.errors import EdgespecError
 
-PROMPT_TOKENS = 200  # a shipped summary's prompt, cut to at most this
+PROMPT_TOKENS = 200  # a shipped prompt of the category asked for, cut to at most this
 SERVER = "llama-server"
 
 
@@ -49,20 +49,27 @@ class _Engine:
     """edgespec's plain engine in a child process, on the llama.cpp libraries in `lib` (None: this build's)."""
 
     def __init__(self, model: str, threads: int, ctx: int, n: int, lib: str | None) -> None:
+        self.where = lib or "this build"
         env = {**os.environ, **({"LLAMA_CPP_LIB_PATH": lib} if lib else {})}
         self.proc = subprocess.Popen([sys.executable, "-m", "edgespec.bench.one_token", "--serve", "-m", model,
                                       "--threads", str(threads), "--ctx", str(ctx), "-n", str(n)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         if self.proc.stdout.readline().strip() != "ready":
-            raise EdgespecError(f"edgespec did not start on the libraries in {lib or 'this build'}")
+            raise EdgespecError(f"edgespec did not start on the libraries in {self.where}")
 
     def ms_per_token(self, ids: list[int]) -> float:
-        self.proc.stdin.write(" ".join(map(str, ids)) + "\n")
-        self.proc.stdin.flush()
-        return float(self.proc.stdout.readline())
+        try:
+            self.proc.stdin.write(" ".join(map(str, ids)) + "\n")
+            self.proc.stdin.flush()
+            return float(self.proc.stdout.readline())
+        except (OSError, ValueError):  # the child died: its pipe broke, or it answered nothing
+            raise EdgespecError(f"edgespec on {self.where} stopped (exit code {self.proc.poll()})") from None
 
     def close(self) -> None:
-        self.proc.stdin.close()
+        try:
+            self.proc.stdin.close()
+        except OSError:  # already broken: the child is gone
+            pass
         self.proc.wait()
 
 
@@ -122,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("-n", "--max-tokens", type=int, default=64, help="greedy tokens a round, after the prompt")
     ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--category", default="summarize", help="the shipped prompt set's first prompt of this category")
+    ap.add_argument("--prompt-tokens", type=int, default=PROMPT_TOKENS, help="cut the prompt to this many tokens")
     ap.add_argument("--other-build", action="append", default=[], metavar="[LABEL=]LIB_DIR",
                     help="also time edgespec on the llama.cpp libraries in this folder, its row named LABEL "
                          "(repeatable)")
@@ -137,8 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         from edgespec.models.store import model_file, resolve
 
         host = EdgeSpec(args.model, drafter="none", threads=1, n_ctx=args.ctx)
-        prompt = next(p for p in load_prompts(None) if p["category"] == "summarize")
-        ids = encode_prompt(prompt, host)[:PROMPT_TOKENS]
+        prompt = next((p for p in load_prompts(None) if p["category"] == args.category), None)
+        if prompt is None:
+            raise EdgespecError(f"the shipped prompts have no category {args.category!r}")
+        ids = encode_prompt(prompt, host)[:args.prompt_tokens]
         host.close()
         contestants["this build"] = _Engine(args.model, args.threads, args.ctx, args.max_tokens, None)
         for other in args.other_build:
@@ -153,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         for c in contestants.values():
             c.close()
     rec = record(rows_of(times), args.model, "python3 -m edgespec.bench.one_token", kind=ONE_TOKEN,
-                 max_tokens=args.max_tokens, prompt_tokens=len(ids), threads=args.threads)
+                 max_tokens=args.max_tokens, prompt_tokens=len(ids), threads=args.threads, category=args.category)
     return emit(rec, args.json)
 
 

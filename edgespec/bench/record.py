@@ -22,6 +22,7 @@ import numpy as np
 import psutil
 
 from edgespec.bench.forced import markdown_lines as forced_lines
+from edgespec.drafters import AUTO
 from edgespec.memory.footprint import fmt_bytes, parse_bytes
 
 SIMD = ("sse3", "ssse3", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni",
@@ -270,7 +271,7 @@ def one_token_lines(rec: dict) -> list[str]:
         out.append(f"| {r['build']} | {r['ms_per_token']:.2f} | {r['against_server']:.3f} | "
                    f"{r['interval'][0]:.3f}-{r['interval'][1]:.3f} |")
     rounds = rec["rows"][0]["rounds"]
-    return out + ["", f"{rec['max_tokens']} greedy tokens after a {rec['prompt_tokens']}-token prompt, "
+    return out + ["", f"{rec['max_tokens']} greedy tokens after a {rec['prompt_tokens']}-token {rec['category']} prompt, "
                       f"{rec['threads']} threads; each of {rounds} rounds runs every row once, in a random order."]
 
 
@@ -380,13 +381,13 @@ def _headline(rows: list[dict]) -> list[str]:
         return _fmt(ratio) + (" ({:.2f}-{:.2f})".format(*interval) if interval else "")
 
     def auto_vs_peer(c: str) -> str:
-        compared = by[(c, "auto")].get("against_best_peer")
+        compared = by[(c, AUTO)].get("against_best_peer")
         return with_interval(compared["ratio"], compared["interval"]) if compared else "-"
 
     lines = [
         ("plain llama.cpp, tok/s", lambda c: _fmt(by[(c, "plain")]["tokens_per_s"])),
         ("edgespec `auto`, x plain",
-         lambda c: with_interval(by[(c, "auto")]["ratio_to_plain"], by[(c, "auto")].get("x_plain_interval"))),
+         lambda c: with_interval(by[(c, AUTO)]["ratio_to_plain"], by[(c, AUTO)].get("x_plain_interval"))),
         ("best llama-server `--spec-type`, x its plain",
          lambda c: f"{best[c]['drafter'].split(':', 1)[1]} "
                    f"{with_interval(best[c]['ratio_to_plain'], best[c].get('x_plain_interval'))}" if best[c] else "-"),

@@ -15,7 +15,7 @@ from edgespec.bench.common import print_wide
 from edgespec.bench.hybrid_compare import (INTERVAL, against_best_member, against_best_peer, against_plain,
                                            print_against_peers, print_hybrids)
 from edgespec.bench.llama_server import NAME
-from edgespec.bench.methods import ORACLE, PLAIN, REPLAY, Method, priced
+from edgespec.bench.methods import ORACLE, PLAIN, REPLAY, Method, priced_method
 
 
 class Totals(NamedTuple):
@@ -140,7 +140,7 @@ def priced_row(name: str, cat: str, plain_tps: float, plain_time: float, seconds
                acceptance: float | None, note: str) -> Row:
     """A row priced, not timed: plain's output replayed at the run's batch costs."""
     ratio = plain_time / seconds if seconds else None
-    return Row(priced(name), cat, round(plain_tps * ratio, 3) if ratio else 0.0, acceptance,
+    return Row(priced_method(name), cat, round(plain_tps * ratio, 3) if ratio else 0.0, acceptance,
                round(ratio, 3) if ratio else None, None, tokens, note=note)
 
 

@@ -27,6 +27,7 @@ from rich.table import Table
 from edgespec import EdgeSpec
 from edgespec.bench.common import encode_prompt, load_prompts
 from edgespec.bench.record import SERVER, record, server_speeds
+from edgespec.drafters import AUTO
 from edgespec.models.store import DEFAULT_MODEL, resolve
 
 
@@ -80,7 +81,7 @@ def start_server(model: str, drafter: str, ctx: int, threads: Optional[int]) -> 
 
 def main(
     model: str = typer.Option(DEFAULT_MODEL, "--model", "-m"),
-    drafter: str = typer.Option("auto", "--drafter", "-d"),
+    drafter: str = typer.Option(AUTO, "--drafter", "-d"),
     max_tokens: int = typer.Option(128, "--max-tokens", "-n", min=2),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="JSONL as for `edgespec bench` (default: its set)."),
     limit: int = typer.Option(2, "--limit", help="Prompts per category."),

@@ -20,7 +20,8 @@ from edgespec.bench.common import encode_prompt, print_wide
 from edgespec.drafters import PLAIN as NO_DRAFTER, DrafterSpec, model_free
 from edgespec.errors import EdgespecError
 from edgespec.memory.footprint import fmt_bytes, parse_bytes, process_rss
-from edgespec.memory.planner import BudgetError, plan_for_profile
+from edgespec.memory.plan import BudgetError
+from edgespec.memory.planner import plan_for_profile
 from edgespec.models.facts import ModelFacts
 from edgespec.models.store import model_file, resolve
 from edgespec.runtimes import open_backend

@@ -94,7 +94,7 @@ def load(model: str, drafter: str, ctx: int, threads: Optional[int], max_draft: 
           device: str = "cpu", ep_options: Optional[list[str]] = None):
     from edgespec.api import EdgeSpec
     from edgespec.drafters import check_drafter
-    from edgespec.memory.planner import named_drafters
+    from edgespec.memory.drafter_choice import named_drafters
     from edgespec.runtimes.gpu.devices import DEVICES, parse_ep_options
 
     if device not in DEVICES:

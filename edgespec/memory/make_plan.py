@@ -15,8 +15,9 @@ from edgespec.errors import ModelError
 from edgespec.export.gguf_trim import cached_trim
 from edgespec.memory.driver_memory import measured
 from edgespec.memory.footprint import parse_bytes, process_rss
-from edgespec.memory.planner import (BATCHES, BudgetError, GpuMemory, Plan, PlanRequest, named_drafters, plan,
-                                     trim_candidates)
+from edgespec.memory.drafter_choice import named_drafters, trim_candidates
+from edgespec.memory.plan import BudgetError, GpuMemory, Plan, PlanRequest
+from edgespec.memory.planner import BATCHES, plan
 from edgespec.models.facts import ModelFacts
 from edgespec.models.store import model_file
 from edgespec.runtimes.gpu.devices import place, shares_ram
