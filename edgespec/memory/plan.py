@@ -64,8 +64,8 @@ class Plan:
         """The footprint of this plan for a workload whose prompts reach `prefill` tokens."""
         assert self.target is not None
         return footprint_of(self.target, self.config(prefill), self.drafter,
-                        self.drafter_model if DrafterSpec.parse(self.drafter).uses_model else None,
-                        self.footprint.baseline if baseline is None else baseline, None, self.gpu)
+                            self.drafter_model if DrafterSpec.parse(self.drafter).uses_model else None,
+                            self.footprint.baseline if baseline is None else baseline, None, self.gpu)
 
     @property
     def flash_attn(self) -> bool:
