@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from edgespec.drafters import AUTO, PLAIN, DrafterSpec
+from edgespec.drafters import AUTO, PLAIN
+from edgespec.memory.drafter_choice import uses_model
 from edgespec.errors import EdgespecError
 from edgespec.memory.footprint import Footprint, ModelConfig, fmt_bytes, predict
 from edgespec.models.facts import ModelFacts
@@ -64,7 +65,7 @@ class Plan:
         """The footprint of this plan for a workload whose prompts reach `prefill` tokens."""
         assert self.target is not None
         return footprint_of(self.target, self.config(prefill), self.drafter,
-                            self.drafter_model if DrafterSpec.parse(self.drafter).uses_model else None,
+                            self.drafter_model if uses_model(self.drafter) else None,
                             self.footprint.baseline if baseline is None else baseline, None, self.gpu)
 
     @property

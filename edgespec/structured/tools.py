@@ -20,7 +20,6 @@ from edgespec.errors import EdgespecError
 from edgespec.structured.grammar import JSON_STYLE, Grammar, bounded
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
-SPACE = re.compile(r"\s*")
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names
 MAX_TOOLS = 128
 # text that never opens a call: what "auto" answers with before its calls, if any
@@ -30,6 +29,7 @@ TEXT = r"/(.|\n)+/ & ~/(.|\n)*<tool_call>(.|\n)*/"
 # same). Such an answer is one call held to the tools' schemas, so "auto"'s text may not open so.
 FENCE, FENCE_END = "```json\n", "\n```"
 WS = r"[ \t\n\r]*"  # llguidance's flexible JSON whitespace
+SPACE = re.compile(WS)  # JSON's whitespace, before a call's object
 
 class ToolError(EdgespecError):
     """Tools or a tool_choice that cannot be honoured as given."""
