@@ -284,6 +284,30 @@ def test_the_structured_prompts_hold_their_answers_in_every_row_and_price_the_gr
     assert not any(name.startswith(("oracle:", "replay:")) for name, _ in got)  # they know no grammar
 
 
+def test_tools_left_to_the_model_are_measured_against_llama_server_waiting_for_a_call(smollm2_path, tmp_path):
+    """A prompt whose tools leave tool_choice at "auto": edgespec's rows hold a call to the tools
+    once it opens, llama-server's the same through a lazy grammar, as its chat handler does;
+    llama-cpp-python's Llama has no lazy grammar, so asking for it says so in a line."""
+    from edgespec.bench import llama_server
+
+    if llama_server.binary() is None:
+        pytest.skip("no llama-server built here (./install.sh --dev builds it)")
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    prompts = tmp_path / "agent.jsonl"
+    prompts.write_text("".join(json.dumps({"category": "agent", "messages": [{"role": "user", "content": ask}],
+                                           "tools": [weather]}) + "\n"
+                               for ask in ("What is the weather in Oslo?", "Say hello to Ada.")))
+    out = tmp_path / "rows.json"
+    r = edgespec("bench", "-m", str(smollm2_path), "--prompts", str(prompts), "--drafters", "auto",
+                 "--peers", "llama-server", "-n", "40", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    got = {row["drafter"]: row for row in json.loads(out.read_text())["rows"] if row["category"] == "agent"}
+    assert got["auto"]["tokens"] > 0 and got["llama-server"]["tokens"] > 0
+    assert_one_line_error(edgespec("bench", "-m", str(smollm2_path), "--prompts", str(prompts)),
+                          "tool_choice auto needs a lazy grammar")
+
+
 def test_generate_follows_a_json_schema_file_and_chat_answers_json(smollm2_path, tmp_path):
     schema = tmp_path / "city.json"
     schema.write_text(json.dumps({"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}},

@@ -442,6 +442,8 @@ def test_auto_reads_a_call_written_in_a_json_block_and_holds_it_to_the_tools(roo
     content, calls = tools.split(fenced)
     assert allowed(fenced) and content is None and len(calls) == 1
     assert calls[0]["function"]["name"] == "get_time" and json.loads(calls[0]["function"]["arguments"]) == {"city": "Tokyo"}
+    laid_out = '```json\n{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Lisbon",\n    "unit": "celsius"\n  }\n}\n```'
+    assert allowed(laid_out) and allowed(laid_out.replace(", ", ",").replace(": ", ":"))  # its whitespace is free
     assert tools.shown(fenced[:5]) == tools.shown(fenced[:30]) == 0  # streams no text
     assert not allowed('```json\n{"name": "get_time", "arguments": {"town": "Oslo"}}\n```')  # not its parameters
     for other in ['```json\n{"city": "Paris"}\n```', '```json\n{"name": "Bob", "age": 3}\n```']:  # no tool named

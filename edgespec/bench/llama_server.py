@@ -117,13 +117,11 @@ class LlamaServer:
             return "(no log)"
         return lines[-1] if lines else "(no output)"
 
-    def complete(self, ids: list[int], max_tokens: int, grammar: str | None = None) -> dict:
-        """The server's /completion answer for these prompt ids (greedy, no prompt cache), held
-        to a GBNF `grammar` if given."""
+    def complete(self, ids: list[int], max_tokens: int, fields: dict | None = None) -> dict:
+        """The server's /completion answer for these prompt ids (greedy, no prompt cache), with
+        `fields` added (a grammar: structured.server_fields)."""
         body = {"prompt": ids, "n_predict": max_tokens, "temperature": 0.0, "top_k": 1, "cache_prompt": False,
-                "return_tokens": True, "stream": False, "seed": 0}
-        if grammar is not None:
-            body["grammar"] = grammar
+                "return_tokens": True, "stream": False, "seed": 0, **(fields or {})}
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
         try:

@@ -29,7 +29,7 @@ from edgespec.bench.llama_server import NAME, decode_timing
 from edgespec.bench.methods import LCP_LOOKUP, PLAIN, Method, edgespec_method, lcp_methods, peer_method
 from edgespec.bench.oracle import oracle_times
 from edgespec.bench.replay import priced, replay
-from edgespec.bench.structured import gbnf
+from edgespec.bench.structured import server_fields, waits_for_a_call
 from edgespec.bench.worker import MethodSpec, Worker
 from edgespec.drafters import PLAIN as NO_DRAFTER, DrafterSpec, check_drafter
 from edgespec.errors import EdgespecError
@@ -83,7 +83,7 @@ class _Peer:
         self.server, self.is_eog = server, is_eog
 
     def run(self, ids: list[int], max_tokens: int, fmt: dict | None = None) -> Run:
-        answer = self.server.complete(ids, max_tokens, gbnf(fmt) if fmt else None)
+        answer = self.server.complete(ids, max_tokens, server_fields(fmt))
         toks, seconds, drafted, accepted = decode_timing(answer, self.is_eog)
         return Run(toks, seconds, drafted, accepted)
 
@@ -142,6 +142,9 @@ def _run(cfg: BenchConfig, console: Console, servers: list, workers: list[Worker
     formats = [output_format(p) for p in cfg.prompts]
     if any(formats) and HF in cfg.peers:
         raise EdgespecError("--peers hf cannot hold answers to a schema or tools: leave it out for structured prompts")
+    if any(map(waits_for_a_call, formats)) and LCP in cfg.peers:
+        raise EdgespecError(f"--peers {LCP} cannot wait for a tool call to open (tool_choice auto needs a lazy "
+                            "grammar): use --peers llama-server or none for these prompts")
     threads = cfg.threads or default_threads()
     path = resolve(cfg.model)
     others = [d for d in cfg.devices if d != "cpu"]

@@ -127,7 +127,8 @@ class LlamaCppPythonMethod:
         from edgespec.bench.structured import gbnf
 
         self.llm.reset()  # no prompt cache across runs: each run pays its own prefill
-        grammar = LlamaGrammar.from_string(gbnf(fmt), verbose=False) if fmt else None
+        text = gbnf(fmt) if fmt else None
+        grammar = LlamaGrammar.from_string(text, verbose=False) if text is not None else None
         toks, dt = timed(self._tokens(ids, max_tokens, grammar))
         return Run(toks, dt)
 

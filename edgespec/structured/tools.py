@@ -97,7 +97,7 @@ class Tools:
     def _fenced_rules(self) -> str:
         """A call in a JSON block, its whitespace free. Its head, through the tool's name, is one
         lexeme ending where "auto"'s text may no longer go on, so the lexer reads one or the other."""
-        flexible = {**JSON_STYLE, "whitespace_flexible": True}
+        flexible = {"whitespace_flexible": True}  # no separators: JSON_STYLE's ", " would ask a space after a comma
         rules = [f"fenced: ({' | '.join(f'fenced{i}' for i in range(len(self.callable)))}) FENCE_TAIL"]
         for i, name in enumerate(self.callable):
             arguments = {**self.call_schema(name)["properties"]["arguments"], "x-guidance": flexible}
