@@ -34,6 +34,7 @@ from edgespec.text_stream import TextStream
 from edgespec.structured.tools import Tools, with_tools
 
 Message = dict  # {"role": "user" | "assistant" | "system", "content": str}
+ONE_CONSTRAINT = "ask for one of json_schema, response_format and tools (or a grammar)"
 
 
 class EdgeSpec:
@@ -182,10 +183,10 @@ class EdgeSpec:
         if bad is not None:  # caught here: native backends would abort, numpy ones wrap negative ids
             raise ValueError(f"prompt token id {bad} is outside the vocabulary (0..{n_vocab - 1})")
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-        if sum(x is not None for x in (json_schema, response_format, grammar or tools)) > 1:
-            raise EdgespecError("ask for one of json_schema, response_format and tools (or a grammar)")
-        if grammar is None:  # a grammar given with tools is theirs, compiled already
+        if grammar is None:
             grammar = self.grammar(json_schema=json_schema, response_format=response_format, tools=tools)
+        elif json_schema is not None or response_format is not None:  # a grammar given with tools is theirs
+            raise EdgespecError(ONE_CONSTRAINT)
         cancel = cancel or threading.Event()
         stream = Stream(iter(()), cancel, list(prompt_ids))
         stream._pieces = self._pieces(stream, params, max_tokens, list(stop), grammar, tools)
@@ -194,7 +195,11 @@ class EdgeSpec:
     def grammar(self, json_schema: dict | str | None = None, response_format: dict | None = None,
                 tools: Tools | None = None) -> Grammar | None:
         """The compiled grammar of a `json_schema`, an OpenAI `response_format` (None: free text) or
-        `tools`, ready for this model's vocabulary; GrammarError names what cannot be compiled."""
+        `tools`, ready for this model's vocabulary; GrammarError names what cannot be compiled.
+        At most one of them ({"type": "text"} asks for nothing)."""
+        free = response_format is None or isinstance(response_format, dict) and response_format.get("type") == "text"
+        if (json_schema is not None) + (not free) + (tools is not None) > 1:
+            raise EdgespecError(ONE_CONSTRAINT)
         if tools is not None:
             grammar = tools.grammar()
         else:

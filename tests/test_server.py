@@ -295,3 +295,9 @@ def test_tools_the_server_cannot_honour_are_a_400_naming_them(server):
     r = httpx.post(f"{server}/chat/completions", json=body, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
     assert "not among the tools" in r.json()["error"]["message"]
+    both = {"model": MODEL, "messages": ASK_CITY, "tools": [WEATHER_TOOL], "response_format": {"type": "json_object"}}
+    r = httpx.post(f"{server}/chat/completions", json=both, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
+    assert "ask for one of" in r.json()["error"]["message"]
+    text_too = {**both, "response_format": {"type": "text"}, "max_tokens": 4}  # "text" asks for nothing
+    assert httpx.post(f"{server}/chat/completions", json=text_too, timeout=60).status_code == 200

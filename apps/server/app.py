@@ -148,16 +148,11 @@ async def chat_completions(request: Request, s: Served = Depends(served)) -> Res
     req = await s.prompts.run(parse, ChatRequest, await _read_body(request, s.limits))
     check_common(req, s.model_id)
     messages = [chat_message(m, i) for i, m in enumerate(req.messages)]
-    tools = await s.prompts.run(_offered, req, param="tools") if req.tools else None
+    tools = await s.prompts.run(Tools, req.tools, req.tool_choice or "auto", req.parallel_tool_calls,
+                                param="tools") if req.tools else None
     ids = await s.prompts.run(s.llm.chat_ids, messages, tools, param="messages")
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     return await _answer(request, s, req, ids, max_tokens, chat=True, tools=tools)
-
-
-def _offered(req: ChatRequest) -> Tools:
-    if req.response_format is not None and req.response_format.get("type") != "text":
-        raise EdgespecError("ask for tools or a response_format, not both")
-    return Tools(req.tools, req.tool_choice or "auto", req.parallel_tool_calls)
 
 
 @v1.post("/completions")
