@@ -451,3 +451,19 @@ def test_auto_reads_a_call_written_in_a_json_block_and_holds_it_to_the_tools(roo
     said = 'Let me look. <tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
     assert allowed(said) and tools.split(said)[0] == "Let me look. " and len(tools.split(said)[1]) == 1
     assert allowed(fenced, "none") and Tools([WEATHER], "none").split(fenced) == (fenced, [])  # "none": text
+
+
+def test_one_constraint_at_a_time_through_the_api(reference_backend):
+    """json_schema, response_format, tools and a compiled grammar are four spellings of one
+    constraint: asking for two is one clear error, whichever two."""
+    from edgespec.structured.tools import Tools
+
+    llm = EdgeSpec(reference_backend)
+    schema = {"type": "object"}
+    for asked in ({"json_schema": schema, "response_format": {"type": "json_object"}},
+                  {"json_schema": schema, "tools": Tools([WEATHER])},
+                  {"grammar": llm.grammar(json_schema=schema), "response_format": {"type": "json_object"}}):
+        with pytest.raises(EdgespecError, match="ask for one of"):
+            llm.generate(PROMPTS[0], max_tokens=4, **asked)
+    text_too = llm.generate(PROMPTS[0], max_tokens=8, json_schema=schema, response_format={"type": "text"})
+    assert isinstance(text_too.parsed, dict)  # {"type": "text"} asks for nothing
