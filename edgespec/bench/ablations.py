@@ -29,7 +29,7 @@ import numpy as np
 
 from edgespec.api import EdgeSpec
 from edgespec.bench.common import encode_prompt, load_prompts
-from edgespec.bench.record import ABLATIONS, emit, record
+from edgespec.bench.record import ABLATIONS, categories, emit, fmt_cell, record
 from edgespec.bench.replay import priced, replay
 from edgespec.drafters.lookup import CopyBreaks, PromptLookupDrafter
 from edgespec.errors import EdgespecError
@@ -158,6 +158,24 @@ def main(argv: list[str] | None = None) -> int:
     rec = record(rows, args.model, "python3 -m edgespec.bench.ablations", kind=ABLATIONS, drafter=DRAFTER,
                  batch_costs_ms=[round(1000 * curve[n], 3) for n in sorted(curve)])
     return emit(rec, args.json)
+
+
+def table(rec: dict) -> list[str]:
+    """x plain per category with every rule, then with each rule taken out, per machine state
+    (first run, fresh, or with stored rates); the curve priced at."""
+    cats = categories(rec["rows"])
+    out = ["| machine | taken out | the rule | " + " | ".join(cats) + " |", "|---|---|---|" + "---:|" * len(cats)]
+    by: dict[tuple[str, str], dict[str, dict]] = {}
+    for r in rec["rows"]:
+        by.setdefault((r["machine"], r["taken_out"]), {})[r["category"]] = r
+    for (machine, name), cells in by.items():
+        rule = next(iter(cells.values()))["rule"]
+        out.append(f"| {machine} | {name} | {rule} | "
+                   + " | ".join(fmt_cell(cells[c]["ratio_to_plain"], ".3f") for c in cats) + " |")
+    ms = rec["batch_costs_ms"]
+    sizes = [n for n in (2, 4, 8, 16) if n <= len(ms)]
+    return out + ["", f"`{rec['drafter']}` replayed on plain's texts, x plain; batches priced at one token "
+                      f"{ms[0]:.1f} ms, " + ", ".join(f"{n} tokens {ms[n - 1] / ms[0]:.2f}x" for n in sizes) + "."]
 
 
 if __name__ == "__main__":

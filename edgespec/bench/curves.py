@@ -165,5 +165,43 @@ def main(argv: list[str] | None = None) -> int:
     return emit(rec, args.json)
 
 
+def table(rec: dict) -> list[str]:
+    """Each timing's batch costs in units of its own one-token cost, their median, and the
+    prior the controller prices a size at until it is measured; one token's ms in the header."""
+    rows = rec["rows"]
+    units = [[ms / r["batch_costs_ms"][0] for ms in r["batch_costs_ms"]] for r in rows]
+    ones = ", ".join(f"{r['batch_costs_ms'][0]:.1f}" for r in rows)
+    out = ["| tokens in the batch | " + " | ".join(f"timing {r['timing']} ({r['after']})" for r in rows)
+           + " | median | prior |", "|---:|" + "---:|" * (len(rows) + 2)]
+    for n in range(2, len(units[0]) + 1):
+        cells = [u[n - 1] for u in units]
+        out.append(f"| {n} | " + " | ".join(f"{c:.2f}" for c in cells)
+                   + f" | {float(np.median(cells)):.2f} | {rec['prior_units'][n - 1]:.2f} |")
+    busy = max((r["other_cores"] or 0.0) for r in rows)
+    took = [r["took_s"] for r in rows]
+    return out + ["", f"In units of one token timed in the same timing (one token: {ones} ms); each size the "
+                      f"median of three, a timing {min(took):.1f}-{max(took):.1f} s. Other processes kept at most "
+                      f"{busy:.2f} cores busy while a curve was timed."] + _builds_compared(rec)
+
+
+def _builds_compared(rec: dict) -> list[str]:
+    """The median curve of each build timed in the run, in units of its own one token, and its
+    one token against this build's: edgespec's small-batch kernels on, off, another build."""
+    builds = [("this build", "batch_costs_ms"), ("its small-batch kernels off", "batch_costs_kernels_off_ms"),
+              (f"the build in {rec.get('other_build')}", "batch_costs_other_build_ms")]
+    builds = [(name, key) for name, key in builds if all(key in r for r in rec["rows"])]
+    if len(builds) < 2:
+        return []
+    med = {key: np.median([r[key] for r in rec["rows"]], axis=0) for _, key in builds}
+    sizes = len(med["batch_costs_ms"])
+    out = ["", "| build | one token (ms) | this build's one-token speed against it | "
+           + " | ".join(f"{n}" for n in range(2, sizes + 1)) + " |", "|---|---:|---:|" + "---:|" * (sizes - 1)]
+    for name, key in builds:
+        c = med[key]
+        out.append(f"| {name} | {c[0]:.1f} | {c[0] / med['batch_costs_ms'][0]:.3f}x | "
+                   + " | ".join(f"{t / c[0]:.2f}" for t in c[1:]) + " |")
+    return out + ["", "Medians over the timings, each build's sizes in units of its own one token."]
+
+
 if __name__ == "__main__":
     sys.exit(main())

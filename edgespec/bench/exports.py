@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from edgespec.bench.record import EXPORTS, VALIDATION_HEADER, record, validation_line
+from edgespec.bench.record import EXPORTS, record
 from edgespec.export.pipeline import ExportPlan, Stages, load_source, run_export
 
 FORMATS = [("onnx", "fp32"), ("onnx", "int8-dynamic"), ("onnx", "int8-weight-only"), ("onnx", "int4"),
@@ -60,6 +60,22 @@ def _export_row(src: str, to: str, quant: str, k: int | None, out: Path, loaded)
 
 def _record(rows: list[dict], args: argparse.Namespace) -> dict:
     return record(rows, ", ".join(args.sources), "python3 -m edgespec.bench.exports", kind=EXPORTS)
+
+
+VALIDATION_HEADER = ["| source | format | size MB | top-1 agreement | max abs dlogit | perplexity (source) | ratio "
+                     "| ms/token |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+
+
+def validation_line(r: dict) -> str:
+    return (f"| {r['source']} | {r['format']} | {r['size_mb']} | {r['top1_agreement']:.1%} | "
+            f"{r['max_abs_dlogit']:.2f} | "
+            f"{r['perplexity_export']:.3f} ({r['perplexity_source']:.3f}) | {r['perplexity_ratio']:.3f} | "
+            f"{r['decode_ms']:.1f} |")
+
+
+def table(rec: dict) -> list[str]:
+    """An export validation record's table: a row per export."""
+    return VALIDATION_HEADER + [validation_line(r) for r in rec["rows"]]
 
 
 if __name__ == "__main__":

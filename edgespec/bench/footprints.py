@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from edgespec.bench.profile import profile_child
-from edgespec.bench.record import FOOTPRINTS, footprint_lines, record
+from edgespec.bench.record import FOOTPRINTS, record
 from edgespec.drafters import DrafterSpec
 from edgespec.models.store import model_file, resolve
 
@@ -49,6 +49,24 @@ def main() -> None:
         args.json.write_text(json.dumps(record(rows, ", ".join(args.targets), "python3 -m edgespec.bench.footprints",
                                                kind=FOOTPRINTS), indent=2))
     print("\n".join(footprint_lines(rows)))
+
+
+def footprint_lines(rows: list[dict]) -> list[str]:
+    """Predicted / measured memory per target and drafter, a column per context."""
+    ctxs = list(dict.fromkeys(r["ctx"] for r in rows))
+    out = ["| target | drafter | " + " | ".join(f"context {c}" for c in ctxs) + " |", "|---|---|" + "---|" * len(ctxs)]
+    cells: dict[tuple[str, str], dict[int, str]] = {}
+    for r in rows:
+        cells.setdefault((r["target"], r["drafter"]), {})[r["ctx"]] = (
+            r["error_message"] if r.get("error_message") else
+            f"{r['predicted_total'] / 1e6:.0f} / {r['peak_rss'] / 1e6:.0f} MB ({r['error']:+.1%})")
+    for (target, drafter), by_ctx in cells.items():
+        out.append(f"| {target} | {drafter} | " + " | ".join(by_ctx.get(c, "-") for c in ctxs) + " |")
+    return out
+
+
+def table(rec: dict) -> list[str]:
+    return footprint_lines(rec["rows"])
 
 
 if __name__ == "__main__":

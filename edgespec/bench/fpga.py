@@ -10,6 +10,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from edgespec.bench.record import fmt_cell
 from edgespec.bench.simulated import ordered_rows, simulate
 from edgespec.models.store import resolve
 from edgespec.runtimes.fpga.cost import (BITNET_0_73B, KV260, TELLME, TELLME_PUBLISHED, tellme_cost_model,
@@ -53,3 +54,14 @@ def print_fpga_rows(rows: list[dict], console: Console) -> None:
                   f"{m.design.lookups_per_cycle:,}), limited by {limit}: TTFT 128 tokens {w.prefill_seconds(128):.2f} s "
                   f"(against {m.prefill_seconds(128):.2f} s), decode {w.decode_tokens_per_s(128):.1f} tok/s "
                   f"(against {m.decode_tokens_per_s(128):.1f}; {w.eval_cost(1, 128).bound}-bound)", highlight=False)
+
+
+def table(rows: list[dict]) -> list[str]:
+    """`bench --backend fpga-sim`: speed and energy priced by the board model, acceptance measured."""
+    out = ["| category | method | simulated tok/s | simulated x plain | simulated J/token | acceptance (measured) |",
+           "|---|---|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['category']} | {r['method']} | {r['simulated_tokens_per_s']:.2f} | "
+                   f"{fmt_cell(r['simulated_speedup'])} | {fmt_cell(r['simulated_joules_per_token'], '.3f')} | "
+                   f"{fmt_cell(r['acceptance'], '.0%')} |")
+    return out

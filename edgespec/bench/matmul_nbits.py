@@ -71,5 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     return emit(rec, args.json)
 
 
+def table(rec: dict) -> list[str]:
+    """ms per call of one 4-bit product per kind of zero point and compute type."""
+    return ["| zero points | compute | 1 row, ms | 16 rows, ms |", "|---|---|---:|---:|"] + [
+        f"| {r['zero_points']} | {r['compute']} | {r['ms_1_row']:.2f} | {r['ms_16_rows']:.2f} |"
+        for r in rec["rows"]] + [
+        "", f"Random weights; onnxruntime {rec['onnxruntime']}, {rec['threads']} threads, each call timed 20 times."]
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -168,5 +168,17 @@ def main(argv: list[str] | None = None) -> int:
     return emit(rec, args.json)
 
 
+def table(rec: dict) -> list[str]:
+    """Per build: its median ms per token, and its mean time against llama-server's in the same rounds."""
+    out = ["| decoding | ms per token (median) | time against llama-server's | 90% interval |", "|---|---:|---:|---:|"]
+    for r in rec["rows"]:
+        out.append(f"| {r['build']} | {r['ms_per_token']:.2f} | {r['against_server']:.3f} | "
+                   f"{r['interval'][0]:.3f}-{r['interval'][1]:.3f} |")
+    rounds = rec["rows"][0]["rounds"]
+    return out + ["", f"{rec['max_tokens']} greedy tokens after a {rec['prompt_tokens']}-token {rec['category']} "
+                      f"prompt, {rec['threads']} threads; each of {rounds} rounds runs every row once, in a random "
+                      "order."]
+
+
 if __name__ == "__main__":
     sys.exit(main())

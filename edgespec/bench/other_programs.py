@@ -102,5 +102,23 @@ def main(argv: list[str] | None = None) -> int:
     return emit(rec, args.json)
 
 
+def table(rec: dict) -> list[str]:
+    """Per share of a core another program wants: the cores edgespec measured it taking and
+    tokens/s, on the most threads and on one fewer, and the one's speed against the other's."""
+    by: dict[float, dict[int, dict]] = {}
+    for r in rec["rows"]:
+        by.setdefault(r["wants"], {})[r["threads"]] = r
+    most = max(r["threads"] for r in rec["rows"])
+    fewer = f"{most - 1} thread" + "s" * (most > 2)
+    out = [f"| the program wants, of a core | cores measured beside {most} threads | beside {fewer} | "
+           f"tok/s on {most} threads | on {fewer} | {fewer} against {most} |", "|---:|---:|---:|---:|---:|---:|"]
+    for share, t in by.items():
+        a, b = t[most], t[most - 1]
+        out.append(f"| {share:.2f} | {a['other_cores']:.2f} | {b['other_cores']:.2f} | {a['tokens_per_s']:.1f} | "
+                   f"{b['tokens_per_s']:.1f} | {b['tokens_per_s'] / a['tokens_per_s']:.2f}x |")
+    return out + ["", f"{rec['max_tokens']} tokens of a chat prompt per run; the thread counts alternate on one "
+                      f"loaded model, each row the median of {rec['rounds']} rounds."]
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -24,9 +24,9 @@ from rich.table import Table
 
 from edgespec.api import EdgeSpec
 from edgespec.bench.common import encode_prompt, print_wide, timed
-from edgespec.bench.record import SWEEP_COLUMNS, rows_of, sweep_cells
+from edgespec.bench.record import rows_of
 from edgespec.errors import EdgespecError
-from edgespec.memory.footprint import fmt_bytes, peak_rss, process_rss
+from edgespec.memory.footprint import fmt_bytes, parse_bytes, peak_rss, process_rss
 from edgespec.runtimes.gpu.devices import place
 from edgespec.speculative.engine import Engine
 
@@ -261,3 +261,47 @@ def plot(out: Path, run: dict | None, results: list[dict] | None) -> None:
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
+
+
+SWEEP_COLUMNS = ("budget", "plan", "predicted", "peak RSS", "plain tok/s", "spec tok/s", "speed-up", "of unconstrained")
+
+
+def sweep_cells(results: list[dict], plain: int | None = None) -> list[list[str]]:
+    """A sweep's rows, budgets also as multiples of `plain` (plain decoding's footprint), the
+    speed-up also as a share of the unconstrained run's."""
+    ref = next((r for r in results if r.get("budget_arg") is None and r.get("speedup")), None)
+    rows = []
+    for r in results:
+        b = r.get("budget_arg")
+        if b is not None:
+            n = parse_bytes(str(b))
+            b = fmt_bytes(n) + (f" (plain x{n / plain:.2f})" if plain else "")
+        if "error_message" in r:
+            rows.append([b or "none", r["error_message"], *[""] * 6])
+            continue
+        p = r["plan"]
+        plan = (f"ctx {p['n_ctx']}, KV {p['kv_type']}, batch {p['n_batch']}, {p['load']}, {p['drafter']}"
+                + (f" k≤{p['max_draft']}" if p["drafter"] != "none" else ""))
+        keep = f"{r['speedup'] / ref['speedup']:.0%}" if ref and r.get("speedup") else "-"
+        rows.append([b or "none", plan, fmt_bytes(r["predicted_total"]), fmt_bytes(r["peak_rss"]),
+                     f"{r['tokens_per_s']['plain']:.2f}", f"{r['tokens_per_s']['speculative']:.2f}",
+                     f"{r['speedup']:.2f}x" if r.get("speedup") else "-", keep])
+    return rows
+
+
+def sweep_table(rec: dict) -> list[str]:
+    return (["| " + " | ".join(SWEEP_COLUMNS) + " |", "|---" * len(SWEEP_COLUMNS) + "|"]
+            + ["| " + " | ".join(cells) + " |" for cells in sweep_cells(rec["rows"], rec["plain_footprint"])])
+
+
+def profile_table(rec: dict) -> list[str]:
+    """The run's plan, predicted total against measured peak RSS, and, on a GPU, the driver's
+    memory as measured cold (a child process, Mesa's shader cache off) and counted in the plan."""
+    out = ["| device | layers on the GPU | context | drafter | budget | GPU driver, measured cold | predicted | "
+           "peak RSS | error |", "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+    for r in rec["rows"]:
+        plan, driver = r["plan"], r["predicted_components"].get("gpu_driver")
+        out.append(f"| {r['device']} | {plan['n_gpu_layers'] or '-'} | {plan['n_ctx']} | {plan['drafter']} | "
+                   f"{fmt_bytes(plan['budget']) if plan['budget'] else '-'} | {fmt_bytes(driver) if driver else '-'} | "
+                   f"{fmt_bytes(r['predicted_total'])} | {fmt_bytes(r['peak_rss'])} | {r['error']:+.1%} |")
+    return out

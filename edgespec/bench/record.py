@@ -2,13 +2,15 @@
 and the markdown tables the docs show, generated from the record alone.
 
 `edgespec bench --json FILE` writes the record; `edgespec bench --markdown FILE`
-prints its tables. The docs keep each table between markers naming its record
-(`<!-- bench docs/bench/NAME.json -->` ... `<!-- end bench -->`), and a test
-regenerates every one of them byte for byte, so a table cannot drift from its data.
+prints its tables. A record another module makes (`KINDS`) is rendered by that module.
+The docs keep each table between markers naming its record (`<!-- bench
+docs/bench/NAME.json -->` ... `<!-- end bench -->`), and a test regenerates every one of
+them byte for byte, so a table cannot drift from its data.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import platform
@@ -18,12 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import psutil
 
-from edgespec.bench.forced import markdown_lines as forced_lines
 from edgespec.drafters import AUTO
-from edgespec.memory.footprint import fmt_bytes, parse_bytes
 
 SIMD = ("sse3", "ssse3", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni",
         "avx512_bf16", "amx_int8", "neon", "asimd", "sve")
@@ -93,230 +92,47 @@ def markdown(rec: dict, view: str = "") -> str:
     lines = [f"{rec['model']} on {m['cpu']} ({cores}, {', '.join(m['simd']).upper() or 'no SIMD flags'}), "
              f"{rec['date']}: `{reproducing(rec['command'])}`", ""]
     if rec.get("kind") in KINDS:
-        lines += KINDS[rec["kind"]](rec)
+        lines += kind_table(rec)
     else:
-        rows = rec["rows"]
-        full = _fpga if "simulated_tokens_per_s" in rows[0] else _projected if "device_profile" in rows[0] else _full
-        lines += {"headline": _headline, "curves": _curves, "forced": forced_lines}.get(view, full)(rows)
+        lines += _bench_table(rec["rows"], view)
     return "\n".join(lines) + "\n"
 
 
-EXPORTS = "export validation"  # a record of `python3 -m edgespec.bench.exports`
-VALIDATION_HEADER = ["| source | format | size MB | top-1 agreement | max abs dlogit | perplexity (source) | ratio | ms/token |",
-                     "|---|---|---:|---:|---:|---:|---:|---:|"]
+# Each kind of record (its `kind`), by the module that makes it; that module's `table(rec)`, or
+# the function named, renders its table (imported when a record of the kind is rendered).
+EXPORTS, SWEEP, SERVER, FOOTPRINTS = "export validation", "memory sweep", "server", "footprints"
+ABLATIONS, BATCH_CURVES, OTHER_PROGRAMS = "ablations", "batch curves", "other programs"
+ONE_TOKEN, PROFILE, MATMUL_NBITS = "one token", "profile", "matmul nbits"
+KINDS = {EXPORTS: "exports", SWEEP: "profile:sweep_table", SERVER: "server", FOOTPRINTS: "footprints",
+         ABLATIONS: "ablations", BATCH_CURVES: "curves", OTHER_PROGRAMS: "other_programs", ONE_TOKEN: "one_token",
+         PROFILE: "profile:profile_table", MATMUL_NBITS: "matmul_nbits"}
 
 
-SWEEP = "memory sweep"  # a record of `edgespec profile --sweep`
-SWEEP_COLUMNS = ("budget", "plan", "predicted", "peak RSS", "plain tok/s", "spec tok/s", "speed-up", "of unconstrained")
+def kind_table(rec: dict) -> list[str]:
+    """The table of a record of one of KINDS, by the module that made it."""
+    module, _, function = KINDS[rec["kind"]].partition(":")
+    return getattr(importlib.import_module(f"edgespec.bench.{module}"), function or "table")(rec)
 
 
-def sweep_cells(results: list[dict], plain: int | None = None) -> list[list[str]]:
-    """A sweep's rows, budgets also as multiples of `plain` (plain decoding's footprint), the
-    speed-up also as a share of the unconstrained run's."""
-    ref = next((r for r in results if r.get("budget_arg") is None and r.get("speedup")), None)
-    rows = []
-    for r in results:
-        b = r.get("budget_arg")
-        if b is not None:
-            n = parse_bytes(str(b))
-            b = fmt_bytes(n) + (f" (plain x{n / plain:.2f})" if plain else "")
-        if "error_message" in r:
-            rows.append([b or "none", r["error_message"], *[""] * 6])
-            continue
-        p = r["plan"]
-        plan = (f"ctx {p['n_ctx']}, KV {p['kv_type']}, batch {p['n_batch']}, {p['load']}, {p['drafter']}"
-                + (f" k≤{p['max_draft']}" if p["drafter"] != "none" else ""))
-        keep = f"{r['speedup'] / ref['speedup']:.0%}" if ref and r.get("speedup") else "-"
-        rows.append([b or "none", plan, fmt_bytes(r["predicted_total"]), fmt_bytes(r["peak_rss"]),
-                     f"{r['tokens_per_s']['plain']:.2f}", f"{r['tokens_per_s']['speculative']:.2f}",
-                     f"{r['speedup']:.2f}x" if r.get("speedup") else "-", keep])
-    return rows
+def _bench_table(rows: list[dict], view: str) -> list[str]:
+    """An `edgespec bench` record's table in the view asked for; rows simulated on an FPGA or
+    projected for a device by the module that makes them."""
+    from edgespec.bench import forced, fpga, simulated
 
-
-SERVER = "server"  # a record of `python3 -m edgespec.bench.server`
-
-
-def server_speeds(rows: list[dict]) -> tuple[float, float]:
-    """Tokens/s through the Python API and through the server, over every prompt."""
-    return tuple(sum(r[f"{side}_tokens"] for r in rows) / sum(r[f"{side}_seconds"] for r in rows)
-                 for side in ("api", "server"))
-
-
-FOOTPRINTS = "footprints"  # a record of `python3 -m edgespec.bench.footprints`
-
-
-def footprint_lines(rows: list[dict]) -> list[str]:
-    """Predicted / measured memory per target and drafter, a column per context."""
-    ctxs = list(dict.fromkeys(r["ctx"] for r in rows))
-    out = ["| target | drafter | " + " | ".join(f"context {c}" for c in ctxs) + " |", "|---|---|" + "---|" * len(ctxs)]
-    cells: dict[tuple[str, str], dict[int, str]] = {}
-    for r in rows:
-        cells.setdefault((r["target"], r["drafter"]), {})[r["ctx"]] = (
-            r["error_message"] if r.get("error_message") else
-            f"{r['predicted_total'] / 1e6:.0f} / {r['peak_rss'] / 1e6:.0f} MB ({r['error']:+.1%})")
-    for (target, drafter), by_ctx in cells.items():
-        out.append(f"| {target} | {drafter} | " + " | ".join(by_ctx.get(c, "-") for c in ctxs) + " |")
-    return out
-
-
-def _server(rec: dict) -> list[str]:
-    api, server = server_speeds(rec["rows"])
-    return [f"| path ({rec['model']}, `{rec['drafter']}`, {len(rec['rows'])} prompts x {rec['max_tokens']} tokens) "
-            "| tokens/s | x generate |", "|---|---:|---:|",
-            f"| generate (Python API) | {api:.2f} | 1.00 |",
-            f"| `edgespec serve` (openai client, SSE) | {server:.2f} | {server / api:.2f} |"]
-
-
-def _sweep(rec: dict) -> list[str]:
-    return (["| " + " | ".join(SWEEP_COLUMNS) + " |", "|---" * len(SWEEP_COLUMNS) + "|"]
-            + ["| " + " | ".join(cells) + " |" for cells in sweep_cells(rec["rows"], rec["plain_footprint"])])
-
-
-def validation_line(r: dict) -> str:
-    return (f"| {r['source']} | {r['format']} | {r['size_mb']} | {r['top1_agreement']:.1%} | {r['max_abs_dlogit']:.2f} | "
-            f"{r['perplexity_export']:.3f} ({r['perplexity_source']:.3f}) | {r['perplexity_ratio']:.3f} | "
-            f"{r['decode_ms']:.1f} |")
-
-
-ABLATIONS = "ablations"  # a record of `python3 -m edgespec.bench.ablations`
-
-
-def ablation_lines(rec: dict) -> list[str]:
-    """x plain per category with every rule, then with each rule taken out, per machine state
-    (first run, fresh, or with stored rates); the curve priced at."""
-    cats = _categories(rec["rows"])
-    out = ["| machine | taken out | the rule | " + " | ".join(cats) + " |", "|---|---|---|" + "---:|" * len(cats)]
-    by: dict[tuple[str, str], dict[str, dict]] = {}
-    for r in rec["rows"]:
-        by.setdefault((r["machine"], r["taken_out"]), {})[r["category"]] = r
-    for (machine, name), cells in by.items():
-        rule = next(iter(cells.values()))["rule"]
-        out.append(f"| {machine} | {name} | {rule} | "
-                   + " | ".join(_fmt(cells[c]["ratio_to_plain"], ".3f") for c in cats) + " |")
-    ms = rec["batch_costs_ms"]
-    sizes = [n for n in (2, 4, 8, 16) if n <= len(ms)]
-    return out + ["", f"`{rec['drafter']}` replayed on plain's texts, x plain; batches priced at one token "
-                      f"{ms[0]:.1f} ms, " + ", ".join(f"{n} tokens {ms[n - 1] / ms[0]:.2f}x" for n in sizes) + "."]
-
-
-BATCH_CURVES = "batch curves"  # a record of `python3 -m edgespec.bench.curves`
-
-
-def batch_curve_lines(rec: dict) -> list[str]:
-    """Each timing's batch costs in units of its own one-token cost, their median, and the
-    prior the controller prices a size at until it is measured; one token's ms in the header."""
-    rows = rec["rows"]
-    units = [[ms / r["batch_costs_ms"][0] for ms in r["batch_costs_ms"]] for r in rows]
-    ones = ", ".join(f"{r['batch_costs_ms'][0]:.1f}" for r in rows)
-    out = ["| tokens in the batch | " + " | ".join(f"timing {r['timing']} ({r['after']})" for r in rows)
-           + " | median | prior |", "|---:|" + "---:|" * (len(rows) + 2)]
-    for n in range(2, len(units[0]) + 1):
-        cells = [u[n - 1] for u in units]
-        out.append(f"| {n} | " + " | ".join(f"{c:.2f}" for c in cells)
-                   + f" | {float(np.median(cells)):.2f} | {rec['prior_units'][n - 1]:.2f} |")
-    busy = max((r["other_cores"] or 0.0) for r in rows)
-    took = [r["took_s"] for r in rows]
-    return out + ["", f"In units of one token timed in the same timing (one token: {ones} ms); each size the "
-                      f"median of three, a timing {min(took):.1f}-{max(took):.1f} s. Other processes kept at most "
-                      f"{busy:.2f} cores busy while a curve was timed."] + _builds_compared(rec)
-
-
-def _builds_compared(rec: dict) -> list[str]:
-    """The median curve of each build timed in the run, in units of its own one token, and its
-    one token against this build's: edgespec's small-batch kernels on, off, another build."""
-    builds = [("this build", "batch_costs_ms"), ("its small-batch kernels off", "batch_costs_kernels_off_ms"),
-              (f"the build in {rec.get('other_build')}", "batch_costs_other_build_ms")]
-    builds = [(name, key) for name, key in builds if all(key in r for r in rec["rows"])]
-    if len(builds) < 2:
-        return []
-    med = {key: np.median([r[key] for r in rec["rows"]], axis=0) for _, key in builds}
-    sizes = len(med["batch_costs_ms"])
-    out = ["", "| build | one token (ms) | this build's one-token speed against it | "
-           + " | ".join(f"{n}" for n in range(2, sizes + 1)) + " |", "|---|---:|---:|" + "---:|" * (sizes - 1)]
-    for name, key in builds:
-        c = med[key]
-        out.append(f"| {name} | {c[0]:.1f} | {c[0] / med['batch_costs_ms'][0]:.3f}x | "
-                   + " | ".join(f"{t / c[0]:.2f}" for t in c[1:]) + " |")
-    return out + ["", "Medians over the timings, each build's sizes in units of its own one token."]
-
-
-OTHER_PROGRAMS = "other programs"  # a record of `python3 -m edgespec.bench.other_programs`
-
-
-def other_program_lines(rec: dict) -> list[str]:
-    """Per share of a core another program wants: the cores edgespec measured it taking and
-    tokens/s, on the most threads and on one fewer, and the one's speed against the other's."""
-    by: dict[float, dict[int, dict]] = {}
-    for r in rec["rows"]:
-        by.setdefault(r["wants"], {})[r["threads"]] = r
-    most = max(r["threads"] for r in rec["rows"])
-    fewer = f"{most - 1} thread" + "s" * (most > 2)
-    out = [f"| the program wants, of a core | cores measured beside {most} threads | beside {fewer} | "
-           f"tok/s on {most} threads | on {fewer} | {fewer} against {most} |", "|---:|---:|---:|---:|---:|---:|"]
-    for share, t in by.items():
-        a, b = t[most], t[most - 1]
-        out.append(f"| {share:.2f} | {a['other_cores']:.2f} | {b['other_cores']:.2f} | {a['tokens_per_s']:.1f} | "
-                   f"{b['tokens_per_s']:.1f} | {b['tokens_per_s'] / a['tokens_per_s']:.2f}x |")
-    return out + ["", f"{rec['max_tokens']} tokens of a chat prompt per run; the thread counts alternate on one "
-                      f"loaded model, each row the median of {rec['rounds']} rounds."]
-
-
-ONE_TOKEN = "one token"  # a record of `python3 -m edgespec.bench.one_token`
-
-
-def one_token_lines(rec: dict) -> list[str]:
-    """Per build: its median ms per token, and its mean time against llama-server's in the same rounds."""
-    out = ["| decoding | ms per token (median) | time against llama-server's | 90% interval |", "|---|---:|---:|---:|"]
-    for r in rec["rows"]:
-        out.append(f"| {r['build']} | {r['ms_per_token']:.2f} | {r['against_server']:.3f} | "
-                   f"{r['interval'][0]:.3f}-{r['interval'][1]:.3f} |")
-    rounds = rec["rows"][0]["rounds"]
-    return out + ["", f"{rec['max_tokens']} greedy tokens after a {rec['prompt_tokens']}-token {rec['category']} prompt, "
-                      f"{rec['threads']} threads; each of {rounds} rounds runs every row once, in a random order."]
-
-
-PROFILE = "profile"  # a record of `edgespec profile --json` (one run, no sweep)
-
-
-def profile_lines(rec: dict) -> list[str]:
-    """The run's plan, predicted total against measured peak RSS, and, on a GPU, the driver's
-    memory as measured cold (a child process, Mesa's shader cache off) and counted in the plan."""
-    out = ["| device | layers on the GPU | context | drafter | budget | GPU driver, measured cold | predicted | "
-           "peak RSS | error |", "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
-    for r in rec["rows"]:
-        plan, driver = r["plan"], r["predicted_components"].get("gpu_driver")
-        out.append(f"| {r['device']} | {plan['n_gpu_layers'] or '-'} | {plan['n_ctx']} | {plan['drafter']} | "
-                   f"{fmt_bytes(plan['budget']) if plan['budget'] else '-'} | {fmt_bytes(driver) if driver else '-'} | "
-                   f"{fmt_bytes(r['predicted_total'])} | {fmt_bytes(r['peak_rss'])} | {r['error']:+.1%} |")
-    return out
-
-
-MATMUL_NBITS = "matmul nbits"  # a record of `python3 -m edgespec.bench.matmul_nbits`
-
-
-def matmul_nbits_lines(rec: dict) -> list[str]:
-    """ms per call of one 4-bit product per kind of zero point and compute type."""
-    return ["| zero points | compute | 1 row, ms | 16 rows, ms |", "|---|---|---:|---:|"] + [
-        f"| {r['zero_points']} | {r['compute']} | {r['ms_1_row']:.2f} | {r['ms_16_rows']:.2f} |" for r in rec["rows"]] + [
-        "", f"Random weights; onnxruntime {rec['onnxruntime']}, {rec['threads']} threads, each call timed 20 times."]
-
-
-KINDS = {EXPORTS: lambda rec: VALIDATION_HEADER + [validation_line(r) for r in rec["rows"]],
-         SERVER: _server, SWEEP: _sweep, FOOTPRINTS: lambda rec: footprint_lines(rec["rows"]),
-         ABLATIONS: ablation_lines, BATCH_CURVES: batch_curve_lines, OTHER_PROGRAMS: other_program_lines,
-         MATMUL_NBITS: matmul_nbits_lines, PROFILE: profile_lines,
-         ONE_TOKEN: one_token_lines}
+    full = fpga.table if "simulated_tokens_per_s" in rows[0] else \
+        simulated.table if "device_profile" in rows[0] else _full
+    return {"headline": _headline, "curves": _curves, "forced": forced.markdown_lines}.get(view, full)(rows)
 
 
 def emit(rec: dict, path: Path | None) -> int:
     """A module's record: its table printed, and the record written to `path` if one is given."""
-    print("\n".join(KINDS[rec["kind"]](rec)))
+    print("\n".join(kind_table(rec)))
     if path:
         path.write_text(json.dumps(rec, indent=2) + "\n")
     return 0
 
 
-def _fmt(v: float | None, spec: str = ".2f") -> str:
+def fmt_cell(v: float | None, spec: str = ".2f") -> str:
     return "-" if v is None else format(v, spec)
 
 
@@ -337,55 +153,35 @@ def _full(rows: list[dict]) -> list[str]:
            + ("---|" if models else "") + ("---|---|" if grammar else "")]
     for r in rows:
         spread = " ({:.2f}-{:.2f})".format(*r["x_plain_interval"]) if "x_plain_interval" in r else ""
-        cells = [r["category"], r["drafter"], _fmt(r.get("tokens_per_s")), _fmt(r.get("ratio_to_plain")) + spread]
-        cells += [_fmt(r.get("x_best_peer"))] if peers else []
-        cells += [_fmt(r.get("acceptance_rate"), ".0%")]
+        cells = [r["category"], r["drafter"], fmt_cell(r.get("tokens_per_s")),
+                 fmt_cell(r.get("ratio_to_plain")) + spread]
+        cells += [fmt_cell(r.get("x_best_peer"))] if peers else []
+        cells += [fmt_cell(r.get("acceptance_rate"), ".0%")]
         cells += [r.get("identical_to_plain") or "-"] if devices else []
-        cells += [_fmt(r.get("drafter_step_ms"), ".1f")] if models else []
-        cells += [str(r.get("forced_tokens", "-")), _fmt(r.get("grammar_ms_per_verified_token"), ".3f")] \
+        cells += [fmt_cell(r.get("drafter_step_ms"), ".1f")] if models else []
+        cells += [str(r.get("forced_tokens", "-")), fmt_cell(r.get("grammar_ms_per_verified_token"), ".3f")] \
             if grammar else []
         out.append("| " + " | ".join(cells) + " |")
-    return out
-
-
-def _fpga(rows: list[dict]) -> list[str]:
-    """`bench --backend fpga-sim`: speed and energy priced by the board model, acceptance measured."""
-    out = ["| category | method | simulated tok/s | simulated x plain | simulated J/token | acceptance (measured) |",
-           "|---|---|---:|---:|---:|---:|"]
-    for r in rows:
-        out.append(f"| {r['category']} | {r['method']} | {r['simulated_tokens_per_s']:.2f} | "
-                   f"{_fmt(r['simulated_speedup'])} | {_fmt(r['simulated_joules_per_token'], '.3f')} | "
-                   f"{_fmt(r['acceptance'], '.0%')} |")
-    return out
-
-
-def _projected(rows: list[dict]) -> list[str]:
-    """`bench --device-profile`: speed PROJECTED by each profile's roofline, acceptance measured."""
-    out = ["| device profile | category | method | PROJECTED tok/s | PROJECTED x plain | acceptance (measured) |",
-           "|---|---|---|---:|---:|---:|"]
-    for r in rows:
-        out.append(f"| {r['device_profile']} | {r['category']} | {r['method']} | {r['projected_tokens_per_s']:.1f} | "
-                   f"{_fmt(r['projected_speedup'])} | {_fmt(r['acceptance'], '.0%')} |")
     return out
 
 
 def _headline(rows: list[dict]) -> list[str]:
     """Plain's speed, `auto`'s over it, the best llama-server type's over llama-server's plain,
     and `auto`'s against that type's, each ratio with its paired interval over the prompts."""
-    out = ["| | " + " | ".join(_categories(rows)) + " |", "|---|" + "---|" * len(_categories(rows))]
+    out = ["| | " + " | ".join(categories(rows)) + " |", "|---|" + "---|" * len(categories(rows))]
     by = {(r["category"], r["drafter"]): r for r in rows}
     best = {c: max((r for r in rows if r["category"] == c and r["drafter"].startswith("llama-server:")),
-                   key=lambda r: r["ratio_to_plain"] or 0, default=None) for c in _categories(rows)}
+                   key=lambda r: r["ratio_to_plain"] or 0, default=None) for c in categories(rows)}
 
     def with_interval(ratio: float | None, interval: list | None) -> str:
-        return _fmt(ratio) + (" ({:.2f}-{:.2f})".format(*interval) if interval else "")
+        return fmt_cell(ratio) + (" ({:.2f}-{:.2f})".format(*interval) if interval else "")
 
     def auto_vs_peer(c: str) -> str:
         compared = by[(c, AUTO)].get("against_best_peer")
         return with_interval(compared["ratio"], compared["interval"]) if compared else "-"
 
     lines = [
-        ("plain llama.cpp, tok/s", lambda c: _fmt(by[(c, "plain")]["tokens_per_s"])),
+        ("plain llama.cpp, tok/s", lambda c: fmt_cell(by[(c, "plain")]["tokens_per_s"])),
         ("edgespec `auto`, x plain",
          lambda c: with_interval(by[(c, AUTO)]["ratio_to_plain"], by[(c, AUTO)].get("x_plain_interval"))),
         ("best llama-server `--spec-type`, x its plain",
@@ -394,7 +190,7 @@ def _headline(rows: list[dict]) -> list[str]:
         ("edgespec `auto` against it", auto_vs_peer),
     ]
     for label, cell in lines:
-        out.append(f"| {label} | " + " | ".join(cell(c) for c in _categories(rows)) + " |")
+        out.append(f"| {label} | " + " | ".join(cell(c) for c in categories(rows)) + " |")
     return out
 
 
@@ -424,7 +220,7 @@ def _how_timed(timings: set) -> str:
         "Timed once, after the runs."
 
 
-def _categories(rows: list[dict]) -> list[str]:
+def categories(rows: list[dict]) -> list[str]:
     return list(dict.fromkeys(r["category"] for r in rows))
 
 

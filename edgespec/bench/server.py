@@ -26,7 +26,7 @@ from rich.table import Table
 
 from edgespec import EdgeSpec
 from edgespec.bench.common import encode_prompt, load_prompts
-from edgespec.bench.record import SERVER, record, server_speeds
+from edgespec.bench.record import SERVER, record
 from edgespec.drafters import AUTO
 from edgespec.models.store import DEFAULT_MODEL, resolve
 
@@ -130,6 +130,20 @@ def main(
     if json_path:  # a record: `edgespec bench --markdown FILE` prints its table, the docs regenerate it
         json_path.write_text(json.dumps(record(results, model, "python3 -m edgespec.bench.server", kind=SERVER,
                                                drafter=drafter, max_tokens=max_tokens), indent=2))
+
+
+def server_speeds(rows: list[dict]) -> tuple[float, float]:
+    """Tokens/s through the Python API and through the server, over every prompt."""
+    return tuple(sum(r[f"{side}_tokens"] for r in rows) / sum(r[f"{side}_seconds"] for r in rows)
+                 for side in ("api", "server"))
+
+
+def table(rec: dict) -> list[str]:
+    api, server = server_speeds(rec["rows"])
+    return [f"| path ({rec['model']}, `{rec['drafter']}`, {len(rec['rows'])} prompts x {rec['max_tokens']} tokens) "
+            "| tokens/s | x generate |", "|---|---:|---:|",
+            f"| generate (Python API) | {api:.2f} | 1.00 |",
+            f"| `edgespec serve` (openai client, SSE) | {server:.2f} | {server / api:.2f} |"]
 
 
 if __name__ == "__main__":

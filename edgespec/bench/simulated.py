@@ -17,6 +17,7 @@ from rich.console import Console
 
 from edgespec.api import EdgeSpec
 from edgespec.bench.common import encode_prompt, print_wide
+from edgespec.bench.record import fmt_cell
 from edgespec.drafters import PLAIN as NO_DRAFTER, DrafterSpec, model_free
 from edgespec.errors import EdgespecError
 from edgespec.memory.footprint import fmt_bytes, parse_bytes, process_rss
@@ -162,3 +163,13 @@ def print_projection(rows: list[dict], console: Console) -> None:
                       f"{COMPUTE_EFFICIENCY:.0%} of peak FP16, {LAYER_OVERHEAD_S * 1e3:.1f} ms per layer per call "
                       "(a roofline: an optimistic bound, not a prediction of any runtime)",
                       highlight=False, soft_wrap=True)
+
+
+def table(rows: list[dict]) -> list[str]:
+    """`bench --device-profile`: speed PROJECTED by each profile's roofline, acceptance measured."""
+    out = ["| device profile | category | method | PROJECTED tok/s | PROJECTED x plain | acceptance (measured) |",
+           "|---|---|---|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['device_profile']} | {r['category']} | {r['method']} | {r['projected_tokens_per_s']:.1f} | "
+                   f"{fmt_cell(r['projected_speedup'])} | {fmt_cell(r['acceptance'], '.0%')} |")
+    return out
