@@ -197,8 +197,8 @@ class EdgeSpec:
         """The compiled grammar of a `json_schema`, an OpenAI `response_format` (None: free text) or
         `tools`, ready for this model's vocabulary; GrammarError names what cannot be compiled.
         At most one of them ({"type": "text"} asks for nothing)."""
-        free = response_format is None or isinstance(response_format, dict) and response_format.get("type") == "text"
-        if (json_schema is not None) + (not free) + (tools is not None) > 1:
+        kind = response_format.get("type") if isinstance(response_format, dict) else response_format
+        if (json_schema is not None) + (kind not in (None, "text")) + (tools is not None) > 1:
             raise EdgespecError(ONE_CONSTRAINT)
         if tools is not None:
             grammar = tools.grammar()
