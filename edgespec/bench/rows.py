@@ -1,6 +1,7 @@
 """A bench's rows: one per method and category (then "all"), built from the runs as `Row`s,
 annotated with what they are compared with, and kept (`Row.as_record`) as the dicts a bench
-record holds; the tables print those dicts, from this run or from a record."""
+record holds; the tables print those dicts, from this run or from a record, to the console or
+as the docs' markdown (record.markdown)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from edgespec.bench.hybrid_compare import (INTERVAL, against_best_member, agains
                                            print_against_peers, print_hybrids)
 from edgespec.bench.llama_server import NAME
 from edgespec.bench.methods import ORACLE, PLAIN, REPLAY, Method, priced_method
+from edgespec.bench.record import categories, fmt_cell
+from edgespec.drafters import AUTO
 
 
 class Totals(NamedTuple):
@@ -261,3 +264,87 @@ def print_fastest(rows: list[dict], console: Console) -> None:
         console.print(f"{cat}: {ranked[0]['drafter']} decodes fastest end to end ({ranked[0]['tokens_per_s']:.2f} tok/s; "
                       "the best of each other runtime: " + ", ".join(f"{r['drafter']} {r['tokens_per_s']:.2f}"
                                                                   for r in ranked[1:]) + ")", highlight=False)
+
+
+def markdown_full(rows: list[dict]) -> list[str]:
+    """Every row, x plain with its interval over the run's prompts where the record has one;
+    where rows ran on another device (`gpu:`), its x plain is against that device's plain,
+    and each output is compared with that plain's ("same as plain"); a model drafter's row
+    gives the time of one of its draft tokens ("drafter ms/step"); under a grammar, edgespec's rows
+    give the tokens it forced and its time per verified token."""
+    peers = any("x_best_peer" in r for r in rows)
+    devices = any(r["drafter"].startswith("gpu:") for r in rows)
+    models = any(r.get("drafter_step_ms") is not None for r in rows)
+    grammar = any("grammar_ms_per_verified_token" in r for r in rows)
+    out = ["| category | method | tok/s | x plain |" + (" x best peer |" if peers else "") + " accepted |"
+           + (" same as plain |" if devices else "") + (" drafter ms/step |" if models else "")
+           + (" forced tokens | grammar ms/verified token |" if grammar else ""),
+           "|---|---|---|---|" + ("---|" if peers else "") + "---|" + ("---|" if devices else "")
+           + ("---|" if models else "") + ("---|---|" if grammar else "")]
+    for r in rows:
+        spread = " ({:.2f}-{:.2f})".format(*r["x_plain_interval"]) if "x_plain_interval" in r else ""
+        cells = [r["category"], r["drafter"], fmt_cell(r.get("tokens_per_s")),
+                 fmt_cell(r.get("ratio_to_plain")) + spread]
+        cells += [fmt_cell(r.get("x_best_peer"))] if peers else []
+        cells += [fmt_cell(r.get("acceptance_rate"), ".0%")]
+        cells += [r.get("identical_to_plain") or "-"] if devices else []
+        cells += [fmt_cell(r.get("drafter_step_ms"), ".1f")] if models else []
+        cells += [str(r.get("forced_tokens", "-")), fmt_cell(r.get("grammar_ms_per_verified_token"), ".3f")] \
+            if grammar else []
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def markdown_headline(rows: list[dict]) -> list[str]:
+    """Plain's speed, `auto`'s over it, the best llama-server type's over llama-server's plain,
+    and `auto`'s against that type's, each ratio with its paired interval over the prompts."""
+    out = ["| | " + " | ".join(categories(rows)) + " |", "|---|" + "---|" * len(categories(rows))]
+    by = {(r["category"], r["drafter"]): r for r in rows}
+    best = {c: max((r for r in rows if r["category"] == c and r["drafter"].startswith("llama-server:")),
+                   key=lambda r: r["ratio_to_plain"] or 0, default=None) for c in categories(rows)}
+
+    def with_interval(ratio: float | None, interval: list | None) -> str:
+        return fmt_cell(ratio) + (" ({:.2f}-{:.2f})".format(*interval) if interval else "")
+
+    def auto_vs_peer(c: str) -> str:
+        compared = by[(c, AUTO)].get("against_best_peer")
+        return with_interval(compared["ratio"], compared["interval"]) if compared else "-"
+
+    lines = [
+        ("plain llama.cpp, tok/s", lambda c: fmt_cell(by[(c, "plain")]["tokens_per_s"])),
+        ("edgespec `auto`, x plain",
+         lambda c: with_interval(by[(c, AUTO)]["ratio_to_plain"], by[(c, AUTO)].get("x_plain_interval"))),
+        ("best llama-server `--spec-type`, x its plain",
+         lambda c: f"{best[c]['drafter'].split(':', 1)[1]} "
+                   f"{with_interval(best[c]['ratio_to_plain'], best[c].get('x_plain_interval'))}" if best[c] else "-"),
+        ("edgespec `auto` against it", auto_vs_peer),
+    ]
+    for label, cell in lines:
+        out.append(f"| {label} | " + " | ".join(cell(c) for c in categories(rows)) + " |")
+    return out
+
+
+CURVE_SIZES = (2, 3, 4, 5, 8, 12, 16)
+
+
+def markdown_curves(rows: list[dict]) -> list[str]:
+    """Each runtime's batch-cost curve: one token in ms, and a batch of n tokens in units of
+    one token (what a draft of n - 1 tokens costs to verify), and how the bench timed it."""
+    out = ["| runtime | 1 token, ms | " + " | ".join(f"{n} tokens" for n in CURVE_SIZES) + " |",
+           "|---|---:|" + "---:|" * len(CURVE_SIZES)]
+    timings = set()
+    for r in rows:
+        if r["category"] == "all" and r["drafter"].endswith("plain") and r.get("batch_costs_ms"):
+            ms = r["batch_costs_ms"]  # batch sizes 1, 2, ...
+            runtime = "llama.cpp" if r["drafter"] == "plain" else r["drafter"].split(":")[0]
+            out.append(f"| {runtime} | {ms[0]:.1f} | " + " | ".join(f"{ms[n - 1] / ms[0]:.2f}" if n <= len(ms) else "-"
+                                                              for n in CURVE_SIZES) + " |")
+            timings.add(r.get("batch_cost_timings"))
+    return out + ["", _how_timed(timings)]
+
+
+def _how_timed(timings: set) -> str:
+    """A record without a count predates timing during the run: it timed its curves once, after the runs."""
+    n = max((t for t in timings if t), default=1)
+    return f"Each size the median of {n} timings, one after each category's prompts." if n > 1 else \
+        "Timed once, after the runs."
