@@ -131,7 +131,7 @@ def test_timeout_stops_a_long_request_with_504():
     with reference_server(backend=SlowReferenceBackend(), limits=Limits(timeout_s=0.5)) as srv:
         r = httpx.post(srv.url + "/completions", json={"model": "reference", "prompt": "a long story",
                                                         "max_tokens": 4000}, timeout=60)
-        assert r.status_code == 504 and r.json()["error"]["code"] == "timeout"
+        assert r.status_code == 504 and r.json()["error"]["code"] == "timeout", (r.status_code, r.text[:300])
 
 
 def test_metrics_count_requests_tokens_and_queue_in_prometheus_text():
