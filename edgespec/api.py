@@ -27,7 +27,7 @@ from edgespec.speculative.clock import Clock
 from edgespec.speculative.controller import DraftController
 from edgespec.speculative.drafter import drafter_backends
 from edgespec.speculative.engine import Engine
-from edgespec.structured.grammar import Grammar
+from edgespec.structured.grammar import Grammar, format_type
 from edgespec.speculative.stats import GenerationStats
 from edgespec.speculative.verifier import SamplingParams
 from edgespec.text_stream import TextStream
@@ -197,8 +197,8 @@ class EdgeSpec:
         """The compiled grammar of a `json_schema`, an OpenAI `response_format` (None: free text) or
         `tools`, ready for this model's vocabulary; GrammarError names what cannot be compiled.
         At most one of them ({"type": "text"} asks for nothing)."""
-        kind = response_format.get("type") if isinstance(response_format, dict) else response_format
-        if (json_schema is not None) + (kind not in (None, "text")) + (tools is not None) > 1:
+        asked = format_type(response_format) not in (None, "text")
+        if (json_schema is not None) + asked + (tools is not None) > 1:
             raise EdgespecError(ONE_CONSTRAINT)
         if tools is not None:
             grammar = tools.grammar()

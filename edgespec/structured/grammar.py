@@ -67,7 +67,7 @@ class Grammar:
     def response_format(cls, fmt: dict | None) -> "Grammar | None":
         """OpenAI's `response_format`: {"type": "text"} (None: free text), {"type": "json_object"},
         or {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}}."""
-        kind = None if fmt is None else fmt.get("type") if isinstance(fmt, dict) else fmt
+        kind = format_type(fmt)
         if kind in (None, "text"):
             return None
         if kind == "json_object":
@@ -100,6 +100,11 @@ class Grammar:
         from edgespec.structured.matcher import GrammarConstraint
 
         return GrammarConstraint(self, tokenizer)
+
+
+def format_type(fmt: dict | str | None) -> str | None:
+    """A `response_format`'s type: its "type", or the format itself given as a bare string."""
+    return fmt.get("type") if isinstance(fmt, dict) else fmt
 
 
 def bounded(schema: Any) -> Any:
