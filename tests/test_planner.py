@@ -269,23 +269,37 @@ def test_a_device_profile_is_planned_with_its_gpu_memory_and_priced_by_its_roofl
         plan_for_profile(QWEN15_GPU, phone, budget=900 * MB, baseline=BASE)
 
 
+def test_batch_sizes_not_timed_are_priced_as_decoding_tries_them():
+    from edgespec.memory.drafter_choice import verification_units
+    from edgespec.speculative.cost_curve import OPTIMISTIC_ROW
+
+    # nothing timed on this machine yet: every further row at the price the controller tries an untimed size at
+    assert verification_units(None, 3) == pytest.approx([1.0, 1.0, 1 + OPTIMISTIC_ROW, 1 + 2 * OPTIMISTIC_ROW,
+                                                         1 + 3 * OPTIMISTIC_ROW])
+    # one token and two timed (2 cost 1.2 of one): those as timed, 3 and 4 tokens counted up from 2
+    timed = verification_units([0.0, 0.030, 0.036], 3)
+    assert timed == pytest.approx([1.0, 1.0, 1.2, 1.2 + OPTIMISTIC_ROW, 1.2 + 2 * OPTIMISTIC_ROW])
+
+
 def test_measured_drafter_steps_replace_the_weight_size_prior():
-    from edgespec.memory.drafter_choice import predicted_speedup
+    from edgespec.memory.drafter_choice import predicted_speedup, verification_units
 
     # an earlier VocabTrim run (a busier machine than the README's table): the trimmed step 21% cheaper (its weights say 30%), and a
     # 2-token verification 1.8x one token (4 tokens 2.8x, the low end measured; +0.5 a token after): no 0.5B
     # draft pays on that CPU, and the plan says so
     cpu = [0.0, 1.0, 1.8, 2.3, 2.8, 3.3] + [3.3 + 0.5 * n for n in range(1, 13)]
     measured = {"qwen05": 0.39, "qwen05-trim16k": 0.31}  # 52.8 and 41.6 ms against 135 ms (7.41 tok/s)
-    assert all(predicted_speedup(d, 16, QWEN15, f, cpu, measured[d]) == 1.0 for d, f in DRAFTERS.items())
+    assert all(predicted_speedup(d, 16, QWEN15, f, verification_units(cpu, 16), measured[d]) == 1.0
+               for d, f in DRAFTERS.items())
     p = plan(PlanRequest(QWEN15, 2500 * MB, "qwen05,qwen05-trim16k", DRAFTERS, baseline=BASE, repack=True, batch_costs=cpu,
              draft_costs=measured))
     assert "verification costs measured on this machine; drafter steps measured" in " ".join(p.notes)
     assert f"no draft of {p.drafter} is predicted to pay" in " ".join(p.notes)
     # where verification is nearly free (a GPU), the measured steps decide
     gpu = [0.0] + [1.0 + 0.05 * n for n in range(17)]
-    speed = {d: predicted_speedup(d, 16, QWEN15, f, gpu, measured[d]) for d, f in DRAFTERS.items()}
-    assert speed["qwen05-trim16k"] < predicted_speedup("qwen05-trim16k", 16, QWEN15, QWEN05_TRIM, gpu)  # dearer
+    units = verification_units(gpu, 16)
+    speed = {d: predicted_speedup(d, 16, QWEN15, f, units, measured[d]) for d, f in DRAFTERS.items()}
+    assert speed["qwen05-trim16k"] < predicted_speedup("qwen05-trim16k", 16, QWEN15, QWEN05_TRIM, units)  # dearer
     p = plan(PlanRequest(QWEN15, 2500 * MB, "qwen05,qwen05-trim16k", DRAFTERS, baseline=BASE, repack=True, batch_costs=gpu,
              draft_costs=measured))
     assert p.drafter == max(speed, key=speed.get) and p.speedup == pytest.approx(max(speed.values()))
@@ -328,7 +342,7 @@ def test_a_pairs_measured_acceptance_replaces_the_prior(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     from edgespec.memory.make_plan import measured_acceptance
-    from edgespec.memory.drafter_choice import predicted_speedup
+    from edgespec.memory.drafter_choice import predicted_speedup, verification_units
     from edgespec.speculative import calibration
 
     monkeypatch.setattr(calibration, "_dir", lambda: tmp_path / "calibration")
@@ -349,8 +363,9 @@ def test_a_pairs_measured_acceptance_replaces_the_prior(tmp_path, monkeypatch):
     # trimmed drafter no longer wins where verification is nearly free
     gpu = [0.0] + [1.0 + 0.05 * n for n in range(17)]
     steps = {"qwen05": 0.39, "qwen05-trim16k": 0.31}
-    prior = predicted_speedup("qwen05-trim16k", 16, QWEN15, QWEN05_TRIM, gpu, steps["qwen05-trim16k"])
-    assert predicted_speedup("qwen05-trim16k", 16, QWEN15, QWEN05_TRIM, gpu, steps["qwen05-trim16k"],
+    units = verification_units(gpu, 16)
+    prior = predicted_speedup("qwen05-trim16k", 16, QWEN15, QWEN05_TRIM, units, steps["qwen05-trim16k"])
+    assert predicted_speedup("qwen05-trim16k", 16, QWEN15, QWEN05_TRIM, units, steps["qwen05-trim16k"],
                              found["qwen05-trim16k"]) < prior
     choose = "qwen05,qwen05-trim16k"
     assert plan(PlanRequest(QWEN15, 2500 * MB, choose, DRAFTERS, baseline=BASE, repack=True, batch_costs=gpu,

@@ -2,8 +2,9 @@
 
 A request names one drafter or several; where none fits, a plan falls back to a named model
 VocabTrim'd, then to model-free drafting, then to plain decoding. Each is ranked by its
-predicted throughput: acceptance and drafting cost from measurements where generations made
-them, else from priors and weight sizes (decoding is memory-bound).
+predicted throughput, priced as the controller prices a draft (the acceptance model's tokens per
+step over the cost curve's batches): acceptance and drafting cost from measurements where
+generations made them, else from priors and weight sizes (decoding is memory-bound).
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ from typing import Mapping, Sequence
 
 from edgespec.drafters import AUTO, PLAIN, DrafterSpec
 from edgespec.models.facts import ModelFacts
+from edgespec.speculative.acceptance import tokens_per_step
+from edgespec.speculative.cost_curve import CostModel
 
 # Prior acceptance per drafted token, before anything is measured. Model-free drafts
 # are accepted less often than a model's; both are the bench's order of magnitude on
-# this project's prompts (docs/benchmarks.md); the engine learns the real rates.
+# this project's prompts (docs/benchmarks.md). The controller starts lower
+# (AcceptanceModel.prior), so that a kind costs little while it is learned; a plan ranks
+# drafters at their typical rate.
 PRIOR_ACCEPT = {"model": 0.7, "free": 0.6}
-# A k-token verification costs about this much more than one token per extra token
-# where nothing was measured (the bench's calibration curve replaces it).
-DEFAULT_BATCH_SLOPE = 0.25
 # VocabTrim sizes the planner may cut a same-vocabulary drafter model to, largest first, where
 # the model as named does not fit a budget (export/gguf_trim.py builds the one chosen, once)
 TRIM_KS = (32768, 16384, 8192)
@@ -71,23 +73,35 @@ def uses_model(drafter: str) -> bool:
     return DrafterSpec.parse(drafter).uses_model
 
 
+def verification_units(batch_costs: Sequence[float] | None, max_draft: int) -> list[float]:
+    """What verifying n tokens costs in units of one, n = 0..max_draft + 1: each size measured
+    (`batch_costs`, seconds, index 0 unused) as it is, the rest at the price the controller
+    tries a size it has not measured yet at (`CostModel.optimistic_costs`)."""
+    cost = CostModel(max_n=max_draft + 1)
+    if batch_costs is not None:
+        cost.set_timed({n: s for n, s in enumerate(batch_costs[: max_draft + 2]) if n})
+    units = cost.optimistic_costs()
+    return (units / units[1]).tolist()
+
+
 def predicted_speedup(drafter: str, k: int, target: ModelFacts, drafter_model: ModelFacts | None,
-                      batch_costs: Sequence[float] | None = None, draft_cost: float | None = None,
+                      verify: Sequence[float] | None = None, draft_cost: float | None = None,
                       accept: float | None = None) -> float:
-    """Expected tokens per step over the step's cost, in plain-decoding steps.
+    """Expected tokens per step over the step's cost, in plain-decoding steps, at the best
+    draft length up to k.
 
     Acceptance per drafted token is `accept` where generations measured it for this pair,
     else a prior (PRIOR_ACCEPT), scaled by a VocabTrim'd drafter's coverage;
     a drafted token of a model costs `draft_cost` target tokens where its step was
     measured, else the bytes it reads per token as a share of the target's (decoding is
-    memory-bound); batch_costs[n] is the cost of verifying n tokens relative to one
-    (measured by calibration)."""
+    memory-bound); verify[n] is the cost of verifying n tokens relative to one
+    (`verification_units`; None: nothing measured)."""
     if drafter == PLAIN or k <= 0:
         return 1.0
     model = uses_model(drafter) and drafter_model is not None
     a = PRIOR_ACCEPT["model" if model else "free"]
     if model and accept is not None:
-        a = min(accept, 0.99)  # the geometric series below needs a < 1
+        a = accept
     elif model and drafter_model.vocab_coverage is not None:
         a *= drafter_model.vocab_coverage  # a trimmed LM head cannot propose the tokens it dropped (VocabTrim)
     if not model:
@@ -96,15 +110,9 @@ def predicted_speedup(drafter: str, k: int, target: ModelFacts, drafter_model: M
         c = draft_cost
     else:
         c = _read_per_token(drafter_model) / max(1, _read_per_token(target))
-    best = 1.0
-    for j in range(1, k + 1):
-        tokens = (1 - a ** (j + 1)) / (1 - a)
-        if batch_costs is not None and len(batch_costs) > j + 1:
-            verify = batch_costs[j + 1] / batch_costs[1]
-        else:
-            verify = 1 + DEFAULT_BATCH_SLOPE * j
-        best = max(best, tokens / (verify + j * c))
-    return best
+    verify = verification_units(None, k) if verify is None else verify
+    tokens = tokens_per_step([a] * k)
+    return max([1.0, *(tokens[j] / (verify[j + 1] + j * c) for j in range(1, k + 1))])
 
 
 def _read_per_token(facts: ModelFacts) -> int:

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from edgespec.drafters import AUTO, PLAIN, REGISTRY
-from edgespec.memory.drafter_choice import drafter_candidates, named_drafters, predicted_speedup, uses_model
+from edgespec.memory.drafter_choice import (drafter_candidates, named_drafters, predicted_speedup, uses_model,
+                                           verification_units)
 from edgespec.memory.footprint import GPU_DRIVER_FIXED, ModelConfig, Footprint, fmt_bytes, predict
 from edgespec.memory.plan import BudgetError, GpuMemory, Plan, PlanRequest, footprint_of
 from edgespec.models.facts import ModelFacts
@@ -87,16 +88,18 @@ class _Planning:
         self.minimum = math.ceil(_minimum(target, req.baseline, PLAIN, req.repack, req.gpu) / HEADROOM)
         cheapest = min(REGISTRY, key=lambda m: REGISTRY[m].table_bytes(target.n_vocab, MIN_CTX))
         self.minimum_spec = math.ceil(_minimum(target, req.baseline, cheapest, req.repack, req.gpu) / HEADROOM)
+        self.verify = verification_units(req.batch_costs, req.max_draft)
 
     def speedup(self, d: str, k: int) -> float:
         r = self.req
-        return predicted_speedup(d, k, r.target, self.models.get(d), r.batch_costs, (r.draft_costs or {}).get(d),
+        return predicted_speedup(d, k, r.target, self.models.get(d), self.verify, (r.draft_costs or {}).get(d),
                                  (r.draft_accept or {}).get(d))
 
     def basis(self) -> str:
         """What a choice among drafters rests on."""
         r = self.req
-        verify = f"verification costs {r.cost_source}" if r.batch_costs is not None else "a verification prior"
+        verify = f"verification costs {r.cost_source}" if r.batch_costs is not None \
+            else "verification costs not timed yet (priced as decoding tries them)"
 
         def which(measured: list[str]) -> str:
             return f" for {', '.join(measured)}" if measured and len(measured) < self.n_named else ""

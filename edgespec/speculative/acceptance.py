@@ -130,7 +130,7 @@ class AcceptanceModel:
         """E(j) for j = 0..k: expected tokens per step when drafting j tokens."""
         e = self._expected.get(key)
         if e is None:
-            e = self._expected[key] = _expected(self.rates(key).tolist())
+            e = self._expected[key] = tokens_per_step(self.rates(key).tolist())
         return e[: k + 1]
 
 
@@ -139,8 +139,9 @@ def _listed(table: dict[Kind, list[np.ndarray]]) -> dict[str, list[list[float]]]
     return {str(k): [a.tolist(), t.tolist()] for k, (a, t) in table.items()}
 
 
-def _expected(rates: list[float]) -> list[float]:
-    """E(j) = 1 + sum over i <= j of the chance that the first i are all accepted, for j = 0..len(rates).
+def tokens_per_step(rates: list[float]) -> list[float]:
+    """E(j) = 1 + sum over i <= j of the chance that the first i are all accepted, for j = 0..len(rates),
+    where rates[i - 1] is draft token i's chance given the ones before it.
     A loop, not numpy's cumprod and cumsum: on 16 rates the calls cost more than the sums."""
     out, reach, total = [1.0], 1.0, 0.0
     for r in rates:

@@ -19,8 +19,10 @@ import numpy as np
 PRIOR_SECOND_ROW = 0.9
 PRIOR_ROW = 0.8
 LEARN_AFTER = 3  # observations of a size before its median joins the curve
-# The cheapest extra row measured on the project's CPUs (docs/design.md): a size not yet
-# measured is tried when it would pay at this price, so that it gets measured at all
+# A hopeful price of an extra row, between what llama.cpp's own kernels and the small-batch
+# kernels cost on the project's CPUs (docs/design.md): a size not yet measured is tried when
+# it would pay at this price, so that it gets measured at all; the planner ranks drafters at it
+# before anything is measured
 OPTIMISTIC_ROW = 0.4
 
 
