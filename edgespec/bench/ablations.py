@@ -31,6 +31,7 @@ from edgespec.api import EdgeSpec
 from edgespec.bench.common import encode_prompt, load_prompts
 from edgespec.bench.record import ABLATIONS, categories, emit, fmt_cell, record
 from edgespec.bench.replay import priced, replay
+from edgespec.drafters import PLAIN
 from edgespec.drafters.lookup import CopyBreaks, PromptLookupDrafter
 from edgespec.errors import EdgespecError
 from edgespec.models.store import resolve
@@ -41,7 +42,7 @@ from edgespec.speculative.controller import DRAFT_MARGIN, DraftController
 from edgespec.speculative.drafter import Draft
 from edgespec.speculative.engine import Engine
 
-DRAFTER = "lookup"
+DRAFTER = PromptLookupDrafter.name
 MAX_DRAFT = 16
 
 
@@ -92,7 +93,7 @@ LEARNING_ONLY = {"unmeasured sizes tried"}  # acts only while the curve is being
 def plain_texts(model: str, prompts: list[dict], max_tokens: int, ctx: int, threads: int | None
                 ) -> tuple[EdgeSpec, list[tuple[str, list[int], list[int]]]]:
     """The model's plain greedy answer to each prompt: (category, prompt ids, answer ids)."""
-    llm = EdgeSpec(open_backend(resolve(model), n_ctx=ctx, threads=threads), drafter="none", n_ctx=ctx)
+    llm = EdgeSpec(open_backend(resolve(model), n_ctx=ctx, threads=threads), drafter=PLAIN, n_ctx=ctx)
     texts = []
     for i, row in enumerate(prompts, 1):
         ids = encode_prompt(row, llm)

@@ -28,6 +28,7 @@ from rich.console import Console
 from edgespec.api import EdgeSpec
 from edgespec.bench.common import encode_prompt, load_prompts
 from edgespec.bench.record import BATCH_CURVES, emit, record
+from edgespec.drafters import PLAIN
 from edgespec.errors import EdgespecError
 from edgespec.models.store import resolve
 from edgespec.runtimes import open_backend
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     other = None
     try:
         path = resolve(args.model)
-        llm = EdgeSpec(open_backend(path, n_ctx=2048, threads=args.threads), drafter="none")
+        llm = EdgeSpec(open_backend(path, n_ctx=2048, threads=args.threads), drafter=PLAIN)
         if args.other_build:
             other = _other_build(args.other_build, path, args.threads)
         rows = timed_apart(llm, load_prompts(None), max(args.timings, 1), args.max_tokens,

@@ -36,8 +36,9 @@ def serve(model: str, threads: int, ctx: int, n: int) -> None:
     """A contestant: on each line of stdin (the prompt's ids), ms per token of `n` greedy
     tokens decoded by edgespec's plain engine, first token to last."""
     from edgespec.api import EdgeSpec
+    from edgespec.drafters import PLAIN
 
-    llm = EdgeSpec(model, drafter="none", threads=threads, n_ctx=ctx)
+    llm = EdgeSpec(model, drafter=PLAIN, threads=threads, n_ctx=ctx)
     print("ready", flush=True)
     for line in sys.stdin:
         llm.reset()
@@ -143,9 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     contestants: dict = {}
     try:
         from edgespec.api import EdgeSpec
+        from edgespec.drafters import PLAIN
         from edgespec.models.store import model_file, resolve
 
-        host = EdgeSpec(args.model, drafter="none", threads=1, n_ctx=args.ctx)
+        host = EdgeSpec(args.model, drafter=PLAIN, threads=1, n_ctx=args.ctx)
         prompt = next((p for p in load_prompts(None) if p["category"] == args.category), None)
         if prompt is None:
             raise EdgespecError(f"the shipped prompts have no category {args.category!r}")

@@ -25,6 +25,7 @@ import numpy as np
 from edgespec.api import EdgeSpec
 from edgespec.bench.common import encode_prompt, load_prompts
 from edgespec.bench.record import OTHER_PROGRAMS, emit, record
+from edgespec.drafters import PLAIN
 from edgespec.errors import EdgespecError
 from edgespec.speculative.cpu_load import OtherLoad
 
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads < 2:
         ap.error("--threads must be at least 2: each share runs on it and on one fewer")
     try:
-        llm = EdgeSpec(args.model, drafter="none", threads=args.threads, n_ctx=2048)
+        llm = EdgeSpec(args.model, drafter=PLAIN, threads=args.threads, n_ctx=2048)
         prompt = next(p for p in load_prompts(None) if p["category"] == "chat")
         rows = measure(llm, encode_prompt(prompt, llm), args.threads, args.max_tokens, args.rounds)
     except EdgespecError as e:

@@ -25,6 +25,7 @@ from rich.table import Table
 from edgespec.api import EdgeSpec
 from edgespec.bench.common import encode_prompt, print_wide, timed
 from edgespec.bench.record import rows_of
+from edgespec.drafters import PLAIN
 from edgespec.errors import EdgespecError
 from edgespec.memory.footprint import fmt_bytes, parse_bytes, peak_rss, process_rss
 from edgespec.runtimes.gpu.devices import place
@@ -281,7 +282,7 @@ def sweep_cells(results: list[dict], plain: int | None = None) -> list[list[str]
             continue
         p = r["plan"]
         plan = (f"ctx {p['n_ctx']}, KV {p['kv_type']}, batch {p['n_batch']}, {p['load']}, {p['drafter']}"
-                + (f" k≤{p['max_draft']}" if p["drafter"] != "none" else ""))
+                + (f" k≤{p['max_draft']}" if p["drafter"] != PLAIN else ""))
         keep = f"{r['speedup'] / ref['speedup']:.0%}" if ref and r.get("speedup") else "-"
         rows.append([b or "none", plan, fmt_bytes(r["predicted_total"]), fmt_bytes(r["peak_rss"]),
                      f"{r['tokens_per_s']['plain']:.2f}", f"{r['tokens_per_s']['speculative']:.2f}",

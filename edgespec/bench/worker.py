@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from edgespec.bench.common import Run, timed
+from edgespec.drafters import PLAIN
 from edgespec.errors import EdgespecError
 from edgespec.runtimes.llamacpp import llama_cpp_kernels_only
 from edgespec.speculative.drafter import drafter_backends, model_costs
@@ -33,7 +34,7 @@ class MethodSpec:
     (`llama_cpp_python`, with its prompt lookup if `lookup`)."""
 
     model: str
-    drafter: str = "none"
+    drafter: str = PLAIN
     ctx: int = 4096
     threads: int = 2
     max_draft: int = 16
