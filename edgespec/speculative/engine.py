@@ -19,7 +19,7 @@ from edgespec.speculative.clock import Clock
 from edgespec.speculative.controller import DraftController
 from edgespec.speculative.cpu_load import OtherLoad
 from edgespec.speculative.drafter import EMPTY, Draft, Drafter, drafter_backends
-from edgespec.speculative.constraint import Constraint
+from edgespec.speculative.constraint import Constraint, Unconstrained
 from edgespec.speculative.hindsight import Hindsight
 from edgespec.speculative.idle import IdleTiming, gate_of
 from edgespec.speculative.learned import Learned
@@ -48,7 +48,7 @@ class Engine:
         self.threads = ThreadFitting(backend, adapt_threads, drafter_backends(drafter), self.learned.threads_changed)
         self.cached: list[int] = []
         self.last_stats = GenerationStats()
-        self.constraint = Constraint()  # the generation's (generate's `constraint`); the base allows all
+        self.constraint: Constraint = Unconstrained()  # the generation's (generate's `constraint`)
         self._gate = gate_of(backend)  # one generation at a time per backend, idle timing between them
         timing = idle_timing and self.learned.keep and clock is None
         self._idle_timing = IdleTiming(self._gate, self.controller.cost, self._time_idle_batch,
@@ -100,7 +100,7 @@ class Engine:
         tokens stop the stream and are not yielded. `constraint`: a grammar the answer follows."""
         prompt = checked_request(prompt, max_tokens, self.backend.n_ctx)
         with self._gate.generation():
-            self.constraint = constraint or Constraint()
+            self.constraint = constraint or Unconstrained()
             self.constraint.begin(max_tokens)
             yield from self._generate(prompt, max_tokens, params or SamplingParams(), cancel)
 
