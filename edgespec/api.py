@@ -20,7 +20,7 @@ from edgespec.memory.footprint import peak_rss, process_rss
 from edgespec.memory.make_plan import make_plan
 from edgespec.memory.drafter_choice import named_drafters
 from edgespec.memory.plan import Plan
-from edgespec.models.store import resolve
+from edgespec.models.store import DEFAULT_MODEL, resolve
 from edgespec.runtimes import open_backend
 from edgespec.speculative.backend import Backend
 from edgespec.speculative.clock import Clock
@@ -68,7 +68,7 @@ class EdgeSpec:
 
     def __init__(
         self,
-        model: str | Backend = "qwen2.5-coder-1.5b",
+        model: str | Backend = DEFAULT_MODEL,
         drafter: str = AUTO,
         n_ctx: int = 4096,
         threads: int | None = None,

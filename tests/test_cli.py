@@ -16,6 +16,20 @@ def test_version_and_help():
     assert r.returncode == 0 and "--drafter" in r.stdout and "Example" in r.stdout
 
 
+def test_the_cli_offers_the_drafters_of_the_registry_by_their_names():
+    """The CLI writes the names out (it starts without importing the drafters); they are the registry's."""
+    import inspect
+
+    from edgespec.cli.bench import bench
+    from edgespec.cli.common import DrafterOpt
+    from edgespec.drafters.registry import AUTO, PLAIN, model_free
+
+    assert DrafterOpt.default == AUTO
+    assert DrafterOpt.help.startswith(", ".join(model_free()) + ";")
+    bench_default = inspect.signature(bench).parameters["drafters"].default.default
+    assert bench_default.split(",") == [d for d in model_free() if d != PLAIN]
+
+
 def test_models_list_names_the_four_models():
     r = edgespec("models", "list", "--json")
     assert r.returncode == 0

@@ -8,9 +8,10 @@ import sys
 
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m edgespec.apps.desktop", description="A desktop chat window.")
-    p.add_argument("-m", "--model", default="qwen2.5-coder-1.5b")
-    p.add_argument("-d", "--drafter", default="auto")
-    p.add_argument("-b", "--memory-budget", default=None)
+    # model, drafter and budget left out: EdgeSpec's own defaults (the store's default model, auto)
+    p.add_argument("-m", "--model", default=argparse.SUPPRESS)
+    p.add_argument("-d", "--drafter", default=argparse.SUPPRESS)
+    p.add_argument("-b", "--memory-budget", default=argparse.SUPPRESS)
     p.add_argument("-n", "--max-tokens", type=int, default=512)
     p.add_argument("--ctx", type=int, default=4096)
     args = p.parse_args()
@@ -26,7 +27,8 @@ def main() -> None:
     except tk.TclError as e:
         sys.exit(f"error: no display for a window ({e})")
     try:
-        llm = EdgeSpec(args.model, drafter=args.drafter, n_ctx=args.ctx, memory_budget=args.memory_budget)
+        chosen = {k: v for k, v in vars(args).items() if k in ("model", "drafter", "memory_budget")}
+        llm = EdgeSpec(n_ctx=args.ctx, **chosen)
     except EdgespecError as e:
         root.destroy()
         sys.exit(f"error: {e}")

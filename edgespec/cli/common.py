@@ -29,6 +29,8 @@ err = Console(stderr=True)
 
 ModelOpt = typer.Option(DEFAULT_MODEL, "--model", "-m",
                         help="Model-store name, a .gguf file, or an export folder (ONNX or GGUF).")
+# The drafters' names are written out here, not read from the registry, which imports the
+# drafters: test_cli holds them to it.
 DrafterOpt = typer.Option("auto", "--drafter", "-d",
                           help="none, lookup, ngram, recycle, auto; a drafter model (store name, .gguf or export "
                                "folder; another vocabulary is translated through text); auto+MODEL for the hybrid; "
