@@ -277,7 +277,7 @@ def test_batch_sizes_not_timed_are_priced_as_decoding_tries_them():
     assert verification_units(None, 3) == pytest.approx([1.0, 1.0, 1 + OPTIMISTIC_ROW, 1 + 2 * OPTIMISTIC_ROW,
                                                          1 + 3 * OPTIMISTIC_ROW])
     # one token and two timed (2 cost 1.2 of one): those as timed, 3 and 4 tokens counted up from 2
-    timed = verification_units([0.0, 0.030, 0.036], 3)
+    timed = verification_units({1: 0.030, 2: 0.036}, 3)
     assert timed == pytest.approx([1.0, 1.0, 1.2, 1.2 + OPTIMISTIC_ROW, 1.2 + 2 * OPTIMISTIC_ROW])
 
 
@@ -287,7 +287,7 @@ def test_measured_drafter_steps_replace_the_weight_size_prior():
     # an earlier VocabTrim run (a busier machine than the README's table): the trimmed step 21% cheaper (its weights say 30%), and a
     # 2-token verification 1.8x one token (4 tokens 2.8x, the low end measured; +0.5 a token after): no 0.5B
     # draft pays on that CPU, and the plan says so
-    cpu = [0.0, 1.0, 1.8, 2.3, 2.8, 3.3] + [3.3 + 0.5 * n for n in range(1, 13)]
+    cpu = {1: 1.0, 2: 1.8, 3: 2.3, 4: 2.8, 5: 3.3} | {5 + n: 3.3 + 0.5 * n for n in range(1, 13)}
     measured = {"qwen05": 0.39, "qwen05-trim16k": 0.31}  # 52.8 and 41.6 ms against 135 ms (7.41 tok/s)
     assert all(predicted_speedup(d, 16, QWEN15, f, verification_units(cpu, 16), measured[d]) == 1.0
                for d, f in DRAFTERS.items())
@@ -296,7 +296,7 @@ def test_measured_drafter_steps_replace_the_weight_size_prior():
     assert "verification costs measured on this machine; drafter steps measured" in " ".join(p.notes)
     assert f"no draft of {p.drafter} is predicted to pay" in " ".join(p.notes)
     # where verification is nearly free (a GPU), the measured steps decide
-    gpu = [0.0] + [1.0 + 0.05 * n for n in range(17)]
+    gpu = {n: 1.0 + 0.05 * (n - 1) for n in range(1, 18)}
     units = verification_units(gpu, 16)
     speed = {d: predicted_speedup(d, 16, QWEN15, f, units, measured[d]) for d, f in DRAFTERS.items()}
     assert speed["qwen05-trim16k"] < predicted_speedup("qwen05-trim16k", 16, QWEN15, QWEN05_TRIM, units)  # dearer
@@ -333,8 +333,7 @@ def test_a_drafters_step_is_kept_per_machine_and_found_by_model_file(tmp_path, m
     assert measured_costs(target, {"small": drafter}, 4)[1] == {}
     calibration.save_drafter_steps([(small, (40, 40 * 0.044))])
     batch, steps = measured_costs(target, {"small": drafter}, 4)
-    # sizes never measured are priced pessimistically from the measured size below (cost_curve.prior_units)
-    assert batch[1:] == pytest.approx([0.100, 0.180, 0.260, 0.280, 0.360])
+    assert batch == pytest.approx({1: 0.100, 2: 0.180, 4: 0.280})  # as timed: the planner prices the sizes between
     assert steps == {"small": pytest.approx(0.44)}
 
 
@@ -361,7 +360,7 @@ def test_a_pairs_measured_acceptance_replaces_the_prior(tmp_path, monkeypatch):
     assert measured_acceptance(full, {"x": trimmed}) == {}  # kept per pair: another target knows nothing
     # accepted less often than its coverage prior says (as the first GGUF trims were), the
     # trimmed drafter no longer wins where verification is nearly free
-    gpu = [0.0] + [1.0 + 0.05 * n for n in range(17)]
+    gpu = {n: 1.0 + 0.05 * (n - 1) for n in range(1, 18)}
     steps = {"qwen05": 0.39, "qwen05-trim16k": 0.31}
     units = verification_units(gpu, 16)
     prior = predicted_speedup("qwen05-trim16k", 16, QWEN15, QWEN05_TRIM, units, steps["qwen05-trim16k"])

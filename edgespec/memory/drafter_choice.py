@@ -73,13 +73,13 @@ def uses_model(drafter: str) -> bool:
     return DrafterSpec.parse(drafter).uses_model
 
 
-def verification_units(batch_costs: Sequence[float] | None, max_draft: int) -> list[float]:
+def verification_units(batch_costs: Mapping[int, float] | None, max_draft: int) -> list[float]:
     """What verifying n tokens costs in units of one, n = 0..max_draft + 1: each size measured
-    (`batch_costs`, seconds, index 0 unused) as it is, the rest at the price the controller
+    (`batch_costs`, seconds by batch size) as it is, the rest at the price the controller
     tries a size it has not measured yet at (`CostModel.optimistic_costs`)."""
     cost = CostModel(max_n=max_draft + 1)
     if batch_costs is not None:
-        cost.set_timed({n: s for n, s in enumerate(batch_costs[: max_draft + 2]) if n})
+        cost.set_timed({n: s for n, s in batch_costs.items() if 1 <= n <= max_draft + 1})
     units = cost.optimistic_costs()
     return (units / units[1]).tolist()
 

@@ -22,7 +22,6 @@ from edgespec.models.facts import ModelFacts
 from edgespec.models.store import model_file
 from edgespec.runtimes.gpu.devices import place, shares_ram
 from edgespec.speculative import calibration
-from edgespec.speculative.cost_curve import CostModel
 
 
 def make_plan(model_path, drafter: str = AUTO, n_ctx: int = 4096, max_draft: int = 16,
@@ -115,17 +114,17 @@ def measured_acceptance(target: Path, drafters: Mapping[str, Path]) -> dict[str,
 
 
 def measured_costs(target: Path, drafters: Mapping[str, Path], max_draft: int
-                   ) -> tuple[list[float] | None, dict[str, float]]:
+                   ) -> tuple[dict[int, float] | None, dict[str, float]]:
     """What earlier runs on this machine's CPU measured: the target's seconds per batch size
-    (its calibration, interpolated up to max_draft + 1) and each model drafter's step in
-    target tokens (as generation measured it). (None, {}) before the target was calibrated."""
+    (the sizes up to max_draft + 1 its calibration timed; the planner prices the others) and
+    each model drafter's step in target tokens (as generation measured it). (None, {}) before
+    the target was calibrated."""
     seconds = calibration.latest(calibration.model_prefix(target))
     if not seconds or 1 not in seconds:
         return None, {}
-    cost = CostModel(max_n=max_draft + 1)
-    cost.set_timed(seconds)
     steps = {d: calibration.latest(calibration.DRAFTER_STEP + calibration.model_prefix(p)) for d, p in drafters.items()}
-    return [float(c) for c in cost.costs()], {d: s[1] / seconds[1] for d, s in steps.items() if s and 1 in s}
+    timed = {n: float(s) for n, s in seconds.items() if n <= max_draft + 1}
+    return timed, {d: s[1] / seconds[1] for d, s in steps.items() if s and 1 in s}
 
 
 def gpu_memory(device: str) -> GpuMemory | None:

@@ -4,7 +4,7 @@ take and to give, and what it was asked for (`PlanRequest`). The search is plann
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from edgespec.drafters import AUTO, PLAIN
 from edgespec.memory.drafter_choice import uses_model
@@ -108,7 +108,7 @@ class PlanRequest:
     drafters ("a,b"); `drafter_model` holds the model drafter's facts, or, with several, a
     mapping from each model drafter's name to its facts. `baseline` is the process's own
     memory before any model is loaded, measured by the caller: a budget covers the whole
-    process. `batch_costs` (seconds per batch size, index 0 unused), `draft_costs` (a drafter's
+    process. `batch_costs` (seconds by the batch sizes timed), `draft_costs` (a drafter's
     step in target tokens) and `draft_accept` (a model drafter's greedy acceptance against
     this target) replace the priors of `predicted_speedup` where measured; `cost_source` says
     where the costs came from. `gpu`: the GPU to offload to. `trims`: VocabTrim'd versions of
@@ -122,7 +122,7 @@ class PlanRequest:
     n_ctx: int = 4096
     max_draft: int = 16
     baseline: int = 0
-    batch_costs: Sequence[float] | None = None
+    batch_costs: Mapping[int, float] | None = None
     repack: bool | None = None
     gpu: GpuMemory | None = None
     draft_costs: Mapping[str, float] | None = None

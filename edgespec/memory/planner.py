@@ -287,7 +287,7 @@ def plan_for_profile(target: ModelFacts, profile: "DeviceProfile", budget: int |
     CPU's compiled shaders to a GPU), and the plan says so."""
     cost = RooflineCost(profile, ModelShape.from_facts(target))
     n_past = min(n_ctx, target.n_ctx_train or n_ctx) // 2  # a conversation half-way through its context
-    batch_costs = [0.0] + [cost.eval_cost(n, n_past).seconds for n in range(1, max_draft + 2)]
+    batch_costs = {n: cost.eval_cost(n, n_past).seconds for n in range(1, max_draft + 2)}
     gpu = GpuMemory(profile.memory_bytes, profile.shared_memory, profile.description, driver=GPU_DRIVER_FIXED)
     try:
         p = plan(PlanRequest(target, profile.memory_bytes if budget is None else budget, drafter, drafter_model,
