@@ -319,7 +319,7 @@ def test_a_drafters_step_is_kept_per_machine_and_found_by_model_file(tmp_path, m
     target, drafter = tmp_path / "target.gguf", tmp_path / "drafter.gguf"
     target.write_bytes(b"t" * 10)
     drafter.write_bytes(b"d" * 5)
-    assert measured_costs(target, {"small": drafter}, 4) == (None, {})  # nothing measured yet: priors
+    assert measured_costs(target, {"small": drafter}) == (None, {})  # nothing measured yet: priors
 
     def key(path, threads):  # as LlamaCppBackend.cost_key lays it out
         import platform
@@ -330,9 +330,9 @@ def test_a_drafters_step_is_kept_per_machine_and_found_by_model_file(tmp_path, m
     calibration.save(key(target, 2), cost)
     small = SimpleNamespace(backend=SimpleNamespace(cost_key=lambda: key(drafter, 2)))
     calibration.save_drafter_steps([(small, (3, 0.03))])  # too few steps to trust
-    assert measured_costs(target, {"small": drafter}, 4)[1] == {}
+    assert measured_costs(target, {"small": drafter})[1] == {}
     calibration.save_drafter_steps([(small, (40, 40 * 0.044))])
-    batch, steps = measured_costs(target, {"small": drafter}, 4)
+    batch, steps = measured_costs(target, {"small": drafter})
     assert batch == pytest.approx({1: 0.100, 2: 0.180, 4: 0.280})  # as timed: the planner prices the sizes between
     assert steps == {"small": pytest.approx(0.44)}
 

@@ -57,7 +57,7 @@ def make_plan(model_path, drafter: str = AUTO, n_ctx: int = 4096, max_draft: int
     if gpu is not None:
         req = replace(req, gpu=_with_driver(req, gpu, device))
     else:
-        batch_costs, draft_costs = measured_costs(target_file, files, max_draft)
+        batch_costs, draft_costs = measured_costs(target_file, files)
         trims = trim_candidates(req.target, req.drafter_model) if trim and budget is not None else {}
         req = replace(req, batch_costs=batch_costs, draft_costs=draft_costs, trims=trims)
     p = plan(replace(req, draft_accept=measured_acceptance(target_file, files)))
@@ -113,18 +113,16 @@ def measured_acceptance(target: Path, drafters: Mapping[str, Path]) -> dict[str,
     return {d: c[1] / c[0] for d, c in found.items() if c}
 
 
-def measured_costs(target: Path, drafters: Mapping[str, Path], max_draft: int
-                   ) -> tuple[dict[int, float] | None, dict[str, float]]:
+def measured_costs(target: Path, drafters: Mapping[str, Path]) -> tuple[dict[int, float] | None, dict[str, float]]:
     """What earlier runs on this machine's CPU measured: the target's seconds per batch size
-    (the sizes up to max_draft + 1 its calibration timed; the planner prices the others) and
-    each model drafter's step in target tokens (as generation measured it). (None, {}) before
-    the target was calibrated."""
+    (the sizes its calibration timed; the planner prices the others) and each model drafter's
+    step in target tokens (as generation measured it). (None, {}) before the target was
+    calibrated."""
     seconds = calibration.latest(calibration.model_prefix(target))
     if not seconds or 1 not in seconds:
         return None, {}
     steps = {d: calibration.latest(calibration.DRAFTER_STEP + calibration.model_prefix(p)) for d, p in drafters.items()}
-    timed = {n: float(s) for n, s in seconds.items() if n <= max_draft + 1}
-    return timed, {d: s[1] / seconds[1] for d, s in steps.items() if s and 1 in s}
+    return seconds, {d: s[1] / seconds[1] for d, s in steps.items() if s and 1 in s}
 
 
 def gpu_memory(device: str) -> GpuMemory | None:
