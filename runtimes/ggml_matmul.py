@@ -15,12 +15,17 @@ from pathlib import Path
 import numpy as np
 
 TYPES = {"f32": 0, "q4_0": 2, "q8_0": 8, "q4_K": 12, "q5_K": 13, "q6_K": 14}
+Q8_K = 15  # what the K-quants' products quantize their activations to
 
 _vp, _i64, _sz = ctypes.c_void_p, ctypes.c_int64, ctypes.c_size_t
 
 
 class _InitParams(ctypes.Structure):
     _fields_ = [("mem_size", _sz), ("mem_buffer", _vp), ("no_alloc", ctypes.c_bool)]
+
+
+class _FromFloat(ctypes.Structure):  # the head of ggml_type_traits_cpu: its float conversion
+    _fields_ = [("from_float", ctypes.CFUNCTYPE(None, _vp, _vp, _i64))]
 
 
 def _lib_dir() -> Path:
@@ -43,6 +48,7 @@ def _signatures(base: ctypes.CDLL, cpu: ctypes.CDLL) -> None:
         (base, "ggml_build_forward_expand", None, [_vp, _vp]),
         (base, "ggml_quantize_chunk", _sz, [ctypes.c_int, _vp, _vp, _i64, _i64, _i64, _vp]),
         (base, "ggml_row_size", _sz, [ctypes.c_int, _i64]),
+        (base, "quantize_row_q8_K_ref", None, [_vp, _vp, _i64]),
         (base, "ggml_backend_alloc_ctx_tensors_from_buft", _vp, [_vp, _vp]),
         (base, "ggml_backend_tensor_set", None, [_vp, _vp, _sz, _sz]),
         (base, "ggml_backend_tensor_get", None, [_vp, _vp, _sz, _sz]),
@@ -56,6 +62,7 @@ def _signatures(base: ctypes.CDLL, cpu: ctypes.CDLL) -> None:
         (cpu, "ggml_backend_cpu_reg", _vp, []),
         (cpu, "ggml_backend_cpu_init", _vp, []),
         (cpu, "ggml_backend_cpu_set_n_threads", None, [_vp, ctypes.c_int]),
+        (cpu, "ggml_get_type_traits_cpu", ctypes.POINTER(_FromFloat), [ctypes.c_int]),
     ]:
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
@@ -80,6 +87,17 @@ class Ggml:
         out = ctypes.create_string_buffer(self.base.ggml_row_size(code, k) * rows)
         n = self.base.ggml_quantize_chunk(code, w.ctypes.data, out, 0, rows, k, None)
         return out.raw[:n]
+
+    def activations_q8_K(self, x: np.ndarray, reference: bool = False) -> bytes:
+        """`x` (float32, a multiple of 256 values) as the Q8_K blocks a K-quant product multiplies:
+        the CPU backend's conversion, or with `reference` ggml's scalar one."""
+        x = np.ascontiguousarray(x, np.float32)
+        out = ctypes.create_string_buffer(self.base.ggml_row_size(Q8_K, x.size))
+        if reference:
+            self.base.quantize_row_q8_K_ref(x.ctypes.data, out, x.size)
+        else:
+            self.cpu.ggml_get_type_traits_cpu(Q8_K).contents.from_float(x.ctypes.data, out, x.size)
+        return out.raw
 
     def repack_buffer_type(self):
         """The CPU backend's repacking buffer type (None where this CPU has none)."""

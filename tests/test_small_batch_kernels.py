@@ -95,6 +95,23 @@ def test_the_largest_quants_against_the_largest_activations_sum_without_overflow
         assert np.abs(together - apart).max() <= ROUNDING * np.abs(apart).max(), f"{type_name}, {rows} rows"
 
 
+def test_activations_quantize_to_q8_K_byte_for_byte_as_ggmls_reference_does(ggml):
+    """A K-quant product first quantizes its activations to Q8_K (on AVX-512 by the patch's SIMD
+    conversion): the same scale, quants and sums as the scalar reference, for values over nine
+    orders of magnitude, magnitudes tied between signs, all-zero blocks, and products that fall
+    halfway between two integers (rounded to even)."""
+    rng = np.random.default_rng(0)
+    cases = {
+        "scales": rng.standard_normal(4096) * 10.0 ** rng.integers(-4, 5, 4096),
+        "ties": rng.integers(-4, 5, 4096).astype(np.float64),
+        "zero blocks": np.concatenate([np.zeros(256), rng.standard_normal(256), np.full(256, -0.0), np.ones(256)]),
+        "halfway": rng.integers(-1000, 1001, 4096) * 0.5 / 127,
+    }
+    for name, x in cases.items():
+        x = x.astype(np.float32)
+        assert ggml.activations_q8_K(x) == ggml.activations_q8_K(x, reference=True), name
+
+
 @pytest.mark.skipif(not avx2(), reason="the kernels are x86 AVX2 ones")
 def test_the_installed_llama_cpp_has_the_kernels_and_the_switch_turns_them_off(ggml):
     """install.sh applied the patch, and the path is live: with the switch off a batch is
