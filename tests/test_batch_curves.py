@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import io
+import os
+import time
 from collections import Counter
+from types import SimpleNamespace
 
 from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
 from edgespec.bench.common import Run
-from edgespec.bench.curves import BatchCurves
+from edgespec.bench.curves import BatchCurves, one_token_on_off, one_token_speed
 from edgespec.bench.interleave import balanced_orders, interleave
 from edgespec.bench.methods import edgespec_method
+from edgespec.runtimes.llamacpp import SMALL_BATCH_SWITCH
 from edgespec.speculative.verifier import SamplingParams
 
 
@@ -118,3 +122,39 @@ def test_a_curve_timed_apart_is_tabled_per_timing_beside_the_prior_it_replaces()
     assert "| tokens in the batch | timing 1 (code) | timing 2 (chat) | timing 3 (code) | median | prior |" in table
     five = next(line for line in table.splitlines() if line.startswith("| 5 |"))
     assert five.endswith("| 4.30 |")  # the prior, after the three timings and their median
+
+
+def test_one_tokens_speed_with_the_kernels_on_is_their_paired_times_ratio_with_an_interval():
+    drift = [10.0, 20.0, 15.0, 30.0, 12.0, 25.0]   # the machine's speed moving between rounds
+    pairs = [[t, t * 1.02] for t in drift]           # off 2% slower in every round
+    speed, (lo, hi) = one_token_speed(pairs)
+    assert speed == 1.02 and lo == hi == 1.02
+    speed, (lo, hi) = one_token_speed([[10.0, 10.5], [20.0, 19.0], [15.0, 15.0]])
+    assert lo < speed < hi
+
+
+class OneTokenBackend:
+    """One token takes 1 ms of a clock of its own with the small-batch switch on, 2 ms off; the
+    context is kept as found."""
+
+    def __init__(self) -> None:
+        self.n_past, self.tokenizer, self.evals, self.now = 7, SimpleNamespace(bos_id=1), [], 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def eval(self, ids: list[int]) -> None:
+        self.evals.append((ids, os.environ.get(SMALL_BATCH_SWITCH)))
+        self.n_past += len(ids)
+        self.now += 0.002 if os.environ.get(SMALL_BATCH_SWITCH) == "0" else 0.001
+
+    def rollback(self, n_past: int) -> None:
+        self.n_past = n_past
+
+
+def test_one_token_is_timed_with_the_kernels_on_and_off_in_turn_and_the_context_is_left_as_it_was(monkeypatch):
+    b = OneTokenBackend()
+    monkeypatch.setattr(time, "perf_counter", b.clock)
+    assert one_token_on_off(b, 4, seed=0) == [[1.0, 2.0]] * 4
+    assert sorted(switch or "on" for _, switch in b.evals) == ["0"] * 4 + ["on"] * 4
+    assert all(ids == [1] for ids, _ in b.evals) and b.n_past == 7 and SMALL_BATCH_SWITCH not in os.environ

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Protocol
 
@@ -27,6 +29,7 @@ from rich.console import Console
 
 from edgespec.api import EdgeSpec
 from edgespec.bench.common import encode_prompt, load_prompts
+from edgespec.bench.hybrid_compare import INTERVAL, RESAMPLES
 from edgespec.bench.record import BATCH_CURVES, emit, record
 from edgespec.drafters import PLAIN
 from edgespec.errors import EdgespecError
@@ -35,6 +38,9 @@ from edgespec.runtimes import open_backend
 from edgespec.runtimes.llamacpp import SMALL_BATCH_SWITCH, llama_cpp_kernels_only, small_batch_kernels
 from edgespec.speculative.cost_curve import prior_units
 from edgespec.speculative.cpu_load import OtherLoad
+
+
+ONE_TOKEN_PAIRS = 20  # a timing's one-token evaluations with the kernels on and off, paired
 
 
 class _Timed(Protocol):
@@ -118,10 +124,39 @@ def timed_apart(llm, prompts: list[dict], timings: int, max_tokens: int, kernels
         if kernels_off:
             with llama_cpp_kernels_only():
                 rows[-1]["batch_costs_kernels_off_ms"] = ms(llm.engine.calibrate(fresh=True, save=False))
+            rows[-1]["one_token_on_off_ms"] = one_token_on_off(llm.engine.backend, ONE_TOKEN_PAIRS, i)
         if other_build is not None:
             rows[-1]["batch_costs_other_build_ms"] = ms(other_build.time_curve())
         print(f"timing {i + 1}/{timings}: 1 token {rows[-1]['batch_costs_ms'][0]:.1f} ms", file=sys.stderr, flush=True)
     return rows
+
+
+def one_token_on_off(backend, pairs: int, seed: int) -> list[list[float]]:
+    """`pairs` evaluations of one token with the small-batch kernels on and with them off, in
+    a random order each round ([on, off] ms). One token's time drifts between timings by more
+    than the 1% the switch could cost it; paired round by round, the drift cancels."""
+    rng, base, filler = np.random.default_rng(seed), backend.n_past, backend.tokenizer.bos_id or 0
+    out = []
+    for _ in range(pairs):
+        ms = {}
+        for on in rng.permutation([True, False]):
+            with nullcontext() if on else llama_cpp_kernels_only():
+                start = time.perf_counter()
+                backend.eval([filler])
+                ms[bool(on)] = round(1000 * (time.perf_counter() - start), 3)
+            backend.rollback(base)
+        out.append([ms[True], ms[False]])
+    return out
+
+
+def one_token_speed(pairs: list[list[float]], seed: int = 0) -> tuple[float, list[float]]:
+    """One token's speed with the kernels on against off over the pairs (their times' ratio,
+    off over on), and its INTERVAL when the pairs are resampled."""
+    p = np.asarray(pairs)
+    pick = np.random.default_rng(seed).integers(0, len(p), size=(RESAMPLES, len(p)))
+    spread = p[pick, 1].sum(axis=1) / p[pick, 0].sum(axis=1)
+    lo, hi = np.quantile(spread, [(1 - INTERVAL) / 2, (1 + INTERVAL) / 2])
+    return round(float(p[:, 1].sum() / p[:, 0].sum()), 3), [round(float(lo), 3), round(float(hi), 3)]
 
 
 def _other_build(lib_dir: Path, model: Path, threads: int | None):
@@ -201,7 +236,13 @@ def _builds_compared(rec: dict) -> list[str]:
         c = med[key]
         out.append(f"| {name} | {c[0]:.1f} | {c[0] / med['batch_costs_ms'][0]:.3f}x | "
                    + " | ".join(f"{t / c[0]:.2f}" for t in c[1:]) + " |")
-    return out + ["", "Medians over the timings, each build's sizes in units of its own one token."]
+    out += ["", "Medians over the timings, each build's sizes in units of its own one token."]
+    if all("one_token_on_off_ms" in r for r in rec["rows"]):
+        pairs = [p for r in rec["rows"] for p in r["one_token_on_off_ms"]]
+        speed, (lo, hi) = one_token_speed(pairs)
+        out.append(f"One token with the small-batch kernels on and off, {len(pairs)} pairs in a random order each "
+                   f"(every timing's): on at {speed:.3f}x the speed of off ({lo:.3f}-{hi:.3f}).")
+    return out
 
 
 if __name__ == "__main__":
