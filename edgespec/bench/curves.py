@@ -29,7 +29,7 @@ from rich.console import Console
 
 from edgespec.api import EdgeSpec
 from edgespec.bench.common import encode_prompt, load_prompts
-from edgespec.bench.hybrid_compare import INTERVAL, RESAMPLES
+from edgespec.bench.hybrid_compare import rounds_ratio
 from edgespec.bench.record import BATCH_CURVES, emit, record
 from edgespec.drafters import PLAIN
 from edgespec.errors import EdgespecError
@@ -153,10 +153,7 @@ def one_token_speed(pairs: list[list[float]], seed: int = 0) -> tuple[float, lis
     """One token's speed with the kernels on against off over the pairs (their times' ratio,
     off over on), and its INTERVAL when the pairs are resampled."""
     p = np.asarray(pairs)
-    pick = np.random.default_rng(seed).integers(0, len(p), size=(RESAMPLES, len(p)))
-    spread = p[pick, 1].sum(axis=1) / p[pick, 0].sum(axis=1)
-    lo, hi = np.quantile(spread, [(1 - INTERVAL) / 2, (1 + INTERVAL) / 2])
-    return round(float(p[:, 1].sum() / p[:, 0].sum()), 3), [round(float(lo), 3), round(float(hi), 3)]
+    return rounds_ratio(p[:, 1], p[:, 0], seed)
 
 
 def _other_build(lib_dir: Path, model: Path, threads: int | None):

@@ -129,6 +129,15 @@ def paired_ratio(a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> tupl
     return _paired([a, b], np.divide, rng)
 
 
+def rounds_ratio(times: Sequence[float], base: Sequence[float], seed: int = 0) -> tuple[float, list[float]]:
+    """The mean of `times` over the mean of `base`, timed in the same rounds, and the INTERVAL of
+    that ratio when the rounds are resampled, each round's pair kept together."""
+    t, b = np.asarray(times, dtype=float), np.asarray(base, dtype=float)
+    pick = np.random.default_rng(seed).integers(0, len(t), size=(RESAMPLES, len(t)))
+    lo, hi = np.quantile(t[pick].mean(1) / b[pick].mean(1), [(1 - INTERVAL) / 2, (1 + INTERVAL) / 2])
+    return round(float(t.mean() / b.mean()), 3), [round(float(lo), 3), round(float(hi), 3)]
+
+
 def _paired(rows: Sequence[np.ndarray], f: Callable[..., np.ndarray],
             rng: np.random.Generator) -> tuple[float, list[float]]:
     """f of the rows' tokens/s (their prompts paired), and its INTERVAL when the prompts are

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from edgespec.bench.common import encode_prompt, load_prompts
-from edgespec.bench.hybrid_compare import INTERVAL, RESAMPLES
+from edgespec.bench.hybrid_compare import rounds_ratio
 from edgespec.bench.record import ONE_TOKEN, emit, record
 from edgespec.errors import EdgespecError
 
@@ -97,17 +97,11 @@ class _Server:
 def rows_of(times: dict[str, list[float]], seed: int = 0) -> list[dict]:
     """Per contestant: its median ms per token, and its mean time over llama-server's in the same
     rounds with the INTERVAL of that ratio when the rounds are resampled."""
-    rng = np.random.default_rng(seed)
-    server = np.array(times[SERVER])
-    pick = rng.integers(0, len(server), size=(RESAMPLES, len(server)))
     rows = []
     for name, ms in times.items():
-        ms = np.array(ms)
-        spread = ms[pick].mean(1) / server[pick].mean(1)
-        lo, hi = np.quantile(spread, [(1 - INTERVAL) / 2, (1 + INTERVAL) / 2])
+        against, interval = rounds_ratio(ms, times[SERVER], seed)
         rows.append({"build": name, "ms_per_token": round(float(np.median(ms)), 2),
-                     "against_server": round(float(ms.mean() / server.mean()), 3),
-                     "interval": [round(float(lo), 3), round(float(hi), 3)], "rounds": len(ms)})
+                     "against_server": against, "interval": interval, "rounds": len(ms)})
     return rows
 
 
