@@ -1,14 +1,16 @@
 """A small batch multiplied at once agrees with its rows multiplied one at a time.
 
-llama.cpp as install.sh builds it carries edgespec's x86 kernels for batches of 2 to 32 rows
+llama.cpp as install.sh builds it carries edgespec's x86 kernels for batches of up to 32 rows
 (runtimes/patches): each weight block is unpacked once for every row of the batch, where
-llama.cpp's own kernels unpack it again per row. A one-row product still runs llama.cpp's own
-kernel, so comparing a batch with its rows one by one compares the two paths. They sum the same
-integer products in another order of float additions, so they agree to float rounding (the
-existing kernels' own batched paths differ from their one-row path by as much).
+llama.cpp's own kernels unpack it again per row. So a batch is compared with its rows one by one
+through llama.cpp's own kernels (the switch off). The two sum the same integer products in
+another order of float additions, so they agree to float rounding (the existing kernels' own
+batched paths differ from their one-row path by as much).
 
 The build chooses one kernel set by the CPU it is built for: AVX-512 VNNI where the CPU has it,
 else AVX2. Each case names its set and runs only where the installed llama.cpp runs that set.
+The VNNI set takes one row too (it streams the weights faster than llama.cpp's one-row kernels),
+and a row's sums are then the same instructions at any batch size: bit for bit batch-invariant.
 
 The weights go through ggml as a model's do: quantized by ggml, placed in a plain CPU buffer
 (the file's layout) or in the CPU backend's repacking buffer (the layout llama.cpp gives
@@ -16,6 +18,7 @@ Q4_K and Q4_0 at load on an AVX2 CPU).
 """
 
 import os
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -45,21 +48,25 @@ def ggml():
     g.close()
 
 
-def together_and_apart(ggml, type_name: str, repacked: bool, w: bytes, x: np.ndarray):
-    """The quantized weights `w` times the rows of `x` as one batch, and one row at a time."""
+def together_and_apart(ggml, type_name: str, repacked: bool, w: bytes, x: np.ndarray, own_kernels: bool = True):
+    """The quantized weights `w` times the rows of `x` as one batch, and one row at a time (by
+    llama.cpp's own kernels, unless `own_kernels` is False)."""
     rows = len(x)
     batch, one = MatMul(ggml, type_name, w, N, K, rows, repacked), MatMul(ggml, type_name, w, N, K, 1, repacked)
     try:
-        return batch(x), np.stack([one(x[i:i + 1])[0] for i in range(rows)])
+        together = batch(x)
+        with llama_cpp_kernels_only() if own_kernels else nullcontext():
+            return together, np.stack([one(x[i:i + 1])[0] for i in range(rows)])
     finally:
         batch.close()
         one.close()
 
 
-def batch_and_rows(ggml, type_name: str, repacked: bool, rows: int, seed: int = 0):
+def batch_and_rows(ggml, type_name: str, repacked: bool, rows: int, seed: int = 0, own_kernels: bool = True):
     rng = np.random.default_rng(seed)
     w = ggml.quantize(type_name, rng.standard_normal((N, K)))
-    return together_and_apart(ggml, type_name, repacked, w, rng.standard_normal((rows, K)).astype(np.float32))
+    x = rng.standard_normal((rows, K)).astype(np.float32)
+    return together_and_apart(ggml, type_name, repacked, w, x, own_kernels)
 
 
 KERNEL_SETS = ["avx2", "avx512-vnni"]
@@ -93,6 +100,20 @@ def test_the_largest_quants_against_the_largest_activations_sum_without_overflow
         x = np.ones((rows, K), np.float32) * np.where(np.arange(rows) % 2, 1.0, -1.0)[:, None]
         together, apart = together_and_apart(ggml, type_name, repacked, w, x)
         assert np.abs(together - apart).max() <= ROUNDING * np.abs(apart).max(), f"{type_name}, {rows} rows"
+
+
+VNNI_LAYOUTS = [("q4_K", False), ("q5_K", False), ("q6_K", False), ("q4_K", True)]
+
+
+@pytest.mark.parametrize("type_name, repacked", VNNI_LAYOUTS)
+@runs("avx512-vnni")
+def test_with_vnni_a_rows_result_is_the_same_bits_in_a_batch_of_any_size(ggml, type_name, repacked):
+    """One row takes the VNNI kernels too, and each row's sums run the same instructions whatever
+    the batch: these products give a token in a verification batch the same bits as when it is
+    decoded alone (the rest of the graph may still round differently)."""
+    for rows in (2, 3, 8, 9, 17, 32):
+        together, apart = batch_and_rows(ggml, type_name, repacked, rows, own_kernels=False)
+        assert np.array_equal(together, apart), f"{type_name}, {rows} rows"
 
 
 def test_activations_quantize_to_q8_K_byte_for_byte_as_ggmls_reference_does(ggml):
