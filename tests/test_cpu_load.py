@@ -9,7 +9,8 @@ import psutil
 
 from edgespec.speculative.cpu_load import OtherLoad, contends
 
-SPIN = "import time\nwhile True: time.perf_counter()"
+# busy until killed, or until its parent is gone: a pytest killed by a signal leaves no spinner
+SPIN = "import os, time\nparent = os.getppid()\nwhile os.getppid() == parent: time.perf_counter()"
 
 
 def spinners(n: int) -> list[subprocess.Popen]:

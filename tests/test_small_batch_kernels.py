@@ -102,7 +102,7 @@ def test_the_largest_quants_against_the_largest_activations_sum_without_overflow
         assert np.abs(together - apart).max() <= ROUNDING * np.abs(apart).max(), f"{type_name}, {rows} rows"
 
 
-VNNI_LAYOUTS = [("q4_K", False), ("q5_K", False), ("q6_K", False), ("q4_K", True)]
+VNNI_LAYOUTS = [(t, repacked) for t, repacked in LAYOUTS if t.endswith("_K")]  # the K-quant kernels
 
 
 @pytest.mark.parametrize("type_name, repacked", VNNI_LAYOUTS)
